@@ -1,0 +1,5 @@
+import sys
+
+from subvec.cli import main
+
+sys.exit(main())
