@@ -1,4 +1,8 @@
-"""``subvec`` / ``python -m subvec`` command line: sub-commands dispatch to their own modules."""
+"""``subvec`` / ``python -m subvec`` command line.
+
+Each sub-command lives in the module that owns its concept and registers itself through an
+``add_cli_parser(subparsers)`` function; this file only wires them together.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,18 @@ import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="subvec", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="subvec", description="subvec command line tools")
     sub = parser.add_subparsers(dest="command", required=True)
-    from subvec import _topology_cli
+    from subvec import _topology
 
-    _topology_cli.add_parser(sub)
-    args = parser.parse_args(argv)
+    if hasattr(_topology, "add_cli_parser"):
+        _topology.add_cli_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result: int = args.func(args)
     return result
 
