@@ -1,0 +1,42 @@
+"""subvec: fast, trustworthy process-based vector environments.
+
+General layout (lower layers never import higher ones):
+
+    errors            the exception hierarchy
+    _protocol         the wire protocol: command codes, framing, remote errors
+    _spaces, _shm     space -> shared-memory layout; the block and its views
+    _seeding          seed -> per-env seeds
+    _core             EnvSlab: stepping k envs in-process (no multiprocessing)
+    _topology         NUMA discovery and placement
+    _worker           the worker process: pin, build envs, serve commands
+    vector            SubprocVectorEnv (gymnasium VectorEnv)
+    factory           make_vec
+    sb3               the Stable-Baselines3 VecEnv (imports SB3; never imported from here)
+
+``import subvec`` never imports torch, Stable-Baselines3 or ray.
+"""
+
+from subvec.errors import (
+    BrokenVectorEnvError,
+    EnvError,
+    RemoteEnvError,
+    SharedMemoryTooSmallError,
+    SubvecError,
+    WorkerDiedError,
+    WorkerTimeoutError,
+)
+from subvec.vector import SubprocVectorEnv
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BrokenVectorEnvError",
+    "EnvError",
+    "RemoteEnvError",
+    "SharedMemoryTooSmallError",
+    "SubprocVectorEnv",
+    "SubvecError",
+    "WorkerDiedError",
+    "WorkerTimeoutError",
+    "__version__",
+]

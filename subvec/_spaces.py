@@ -1,0 +1,270 @@
+"""Space -> shared-memory layout, and the per-space readers and writers built on it.
+
+One registered function per space type (``functools.singledispatch``): supporting a new fixed-
+size space is one registration, not a branch. Fixed-size spaces (Box of any dtype, Discrete,
+MultiDiscrete, MultiBinary, and Dict/Tuple nests of them) live in shared memory. Anything else
+(Text, Sequence, Graph, OneOf, custom spaces) is *not shareable* and travels pickled over the
+pipe; it is never silently zeroed.
+
+Leaves are laid out leaf-major: each leaf is one contiguous ``(num_envs, *shape)`` array, so the
+batch the parent returns is a plain view of the block (zero copies with ``copy=False``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import singledispatch
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+__all__ = [
+    "LeafSpec",
+    "batch_setter",
+    "build_views",
+    "is_shareable",
+    "leaf_specs",
+    "row_reader",
+    "row_writer",
+]
+
+
+@dataclass(frozen=True)
+class LeafSpec:
+    """One fixed-size leaf of a space: where it is in the nest, its dtype and per-env shape."""
+
+    path: tuple[str | int, ...]
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+
+    def nbytes(self, n: int) -> int:
+        return int(n * self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64)))
+
+
+# --- which spaces are shareable ------------------------------------------------------------
+
+
+@singledispatch
+def is_shareable(space: spaces.Space[Any]) -> bool:
+    """True when every leaf of ``space`` has a fixed dtype and shape."""
+    return False
+
+
+@is_shareable.register(spaces.Box)
+@is_shareable.register(spaces.Discrete)
+@is_shareable.register(spaces.MultiDiscrete)
+@is_shareable.register(spaces.MultiBinary)
+def _(space: spaces.Space[Any]) -> bool:
+    # Subclasses of these spaces may change sample()/contains() but not the dtype/shape
+    # contract, so they share memory too.
+    return space.dtype is not None and space.shape is not None
+
+
+@is_shareable.register(spaces.Tuple)
+def _(space: spaces.Tuple) -> bool:  # type: ignore[type-arg]
+    return all(is_shareable(sub) for sub in space.spaces)
+
+
+@is_shareable.register(spaces.Dict)
+def _(space: spaces.Dict) -> bool:
+    return all(is_shareable(sub) for sub in space.spaces.values())
+
+
+# --- leaves ---------------------------------------------------------------------------------
+
+
+def leaf_specs(space: spaces.Space[Any]) -> list[LeafSpec]:
+    """The leaves of a shareable space in a fixed depth-first order."""
+    return list(_leaves(space, ()))
+
+
+@singledispatch
+def _leaves(space: spaces.Space[Any], path: tuple[str | int, ...]) -> Iterator[LeafSpec]:
+    if space.dtype is None or space.shape is None:
+        raise TypeError(f"space {space!r} has no fixed dtype/shape and cannot be shared")
+    yield LeafSpec(path, np.dtype(space.dtype), tuple(space.shape))
+
+
+@_leaves.register(spaces.Tuple)
+def _(space: spaces.Tuple, path: tuple[str | int, ...]) -> Iterator[LeafSpec]:  # type: ignore[type-arg]
+    for i, sub in enumerate(space.spaces):
+        yield from _leaves(sub, (*path, i))
+
+
+@_leaves.register(spaces.Dict)
+def _(space: spaces.Dict, path: tuple[str | int, ...]) -> Iterator[LeafSpec]:
+    for key, sub in space.spaces.items():
+        yield from _leaves(sub, (*path, key))
+
+
+def build_views(space: spaces.Space[Any], leaves: Iterator[np.ndarray]) -> Any:
+    """Arrange leaf arrays (in ``leaf_specs`` order) into the nest gymnasium returns: a dict for
+    Dict, a tuple for Tuple, the array itself for a leaf (as ``create_empty_array`` does)."""
+    if isinstance(space, spaces.Dict):
+        return {key: build_views(sub, leaves) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(build_views(sub, leaves) for sub in space.spaces)
+    return next(leaves)
+
+
+# --- worker side: write one env's observation, read one env's action -----------------------
+
+
+class ObservationShapeError(ValueError):
+    """An env returned an observation whose shape does not match its space."""
+
+
+def _describe(path: tuple[str | int, ...]) -> str:
+    return "".join(f"[{p!r}]" for p in path)
+
+
+def row_writer(
+    space: spaces.Space[Any], batch: Any, env_offset: int = 0
+) -> Callable[[Any, int], None]:
+    """Return ``write(obs, row)`` that copies one env's observation into row ``row`` of the batch
+    views, casting like ``np.stack(..., out=)`` does in SyncVectorEnv (``same_kind``) and refusing
+    any shape mismatch (``np.copyto`` alone would broadcast it silently). Error messages name
+    the global env index ``env_offset + row``."""
+    return _row_writer(space, batch, (), env_offset)
+
+
+def _row_writer(
+    space: spaces.Space[Any], batch: Any, path: tuple[str | int, ...], env_offset: int
+) -> Callable[[Any, int], None]:
+    if isinstance(space, spaces.Dict):
+        parts = [
+            (key, _row_writer(sub, batch[key], (*path, key), env_offset))
+            for key, sub in space.spaces.items()
+        ]
+
+        def write_dict(obs: Any, row: int) -> None:
+            for key, write in parts:
+                write(obs[key], row)
+
+        return write_dict
+    if isinstance(space, spaces.Tuple):
+        tparts = [
+            _row_writer(sub, batch[i], (*path, i), env_offset) for i, sub in enumerate(space.spaces)
+        ]
+
+        def write_tuple(obs: Any, row: int) -> None:
+            if len(obs) != len(tparts):
+                raise ObservationShapeError(
+                    f"env {env_offset + row}: observation{_describe(path)} has {len(obs)} "
+                    f"elements, expected {len(tparts)} for {space}"
+                )
+            for write, item in zip(tparts, obs):
+                write(item, row)
+
+        return write_tuple
+
+    array: np.ndarray = batch
+    expected = array.shape[1:]
+
+    def write_leaf(obs: Any, row: int) -> None:
+        value = obs if type(obs) is np.ndarray else np.asarray(obs)
+        if value.shape != expected:
+            raise ObservationShapeError(
+                f"env {env_offset + row}: observation{_describe(path)} has shape {value.shape}, "
+                f"expected {expected} (dtype {array.dtype}) from {space}"
+            )
+        try:
+            np.copyto(
+                array[row, ...], value, casting="same_kind"
+            )  # [row, ...]: a view even when 0-d
+        except TypeError as exc:
+            raise TypeError(
+                f"env {env_offset + row}: observation{_describe(path)} of dtype {value.dtype} "
+                f"cannot be cast to the space's dtype {array.dtype}: {exc}"
+            ) from None
+
+    return write_leaf
+
+
+def row_reader(space: spaces.Space[Any], batch: Any) -> Callable[[int], Any]:
+    """Return ``read(row)`` giving one env's action in the form SyncVectorEnv hands its envs
+    (``iterate`` over the batched space): a scalar for Discrete, an array row otherwise, dicts and
+    tuples for nests. Rows are copied so an env that keeps its action never sees it change."""
+    if isinstance(space, spaces.Dict):
+        parts = [(key, row_reader(sub, batch[key])) for key, sub in space.spaces.items()]
+        return lambda row: {key: read(row) for key, read in parts}
+    if isinstance(space, spaces.Tuple):
+        tparts = [row_reader(sub, batch[i]) for i, sub in enumerate(space.spaces)]
+        return lambda row: tuple(read(row) for read in tparts)
+    array: np.ndarray = batch
+    if array.ndim == 1:
+        return lambda row: array[row]  # a numpy scalar: immutable, no copy needed
+    return lambda row: array[row].copy()
+
+
+# --- parent side: validate and store a batch of actions ------------------------------------
+
+
+def batch_setter(space: spaces.Space[Any], batch: Any, num_envs: int) -> Callable[[Any], None]:
+    """Return ``store(actions)`` that validates a batch of actions against the *single* space
+    and copies it into ``batch``. Raises before anything is written when any leaf is wrong, so a
+    rejected batch leaves the previous actions intact."""
+    leaves = leaf_specs(space)
+    arrays = list(_flatten(space, batch))
+
+    def store(actions: Any) -> None:
+        values = []
+        for spec, value in zip(leaves, _flatten_actions(space, actions, ())):
+            arr = value if type(value) is np.ndarray else np.asarray(value)
+            expected = (num_envs, *spec.shape)
+            if arr.shape != expected:
+                where = f"actions{_describe(spec.path)}"
+                if arr.ndim >= 1 and arr.shape[0] != num_envs:
+                    raise ValueError(
+                        f"{where}: expected a batch of {num_envs} actions (shape {expected}), "
+                        f"got {arr.shape[0]} (shape {arr.shape})"
+                    )
+                raise ValueError(f"{where}: expected shape {expected}, got {arr.shape}")
+            if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
+                raise TypeError(
+                    f"actions{_describe(spec.path)}: dtype {arr.dtype} cannot be cast to the "
+                    f"action space's dtype {spec.dtype}"
+                )
+            values.append(arr)
+        for dst, arr in zip(arrays, values):
+            np.copyto(dst, arr, casting="same_kind")
+
+    return store
+
+
+def _flatten(space: spaces.Space[Any], batch: Any) -> Iterator[np.ndarray]:
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            yield from _flatten(sub, batch[key])
+    elif isinstance(space, spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            yield from _flatten(sub, batch[i])
+    else:
+        yield batch
+
+
+def _flatten_actions(
+    space: spaces.Space[Any], actions: Any, path: tuple[str | int, ...]
+) -> Iterator[Any]:
+    if isinstance(space, spaces.Dict):
+        if not isinstance(actions, dict):
+            raise TypeError(
+                f"actions{_describe(path)}: expected a dict with keys {list(space.spaces)}, "
+                f"got {type(actions).__name__}"
+            )
+        for key, sub in space.spaces.items():
+            if key not in actions:
+                raise ValueError(f"actions{_describe(path)}: missing key {key!r}")
+            yield from _flatten_actions(sub, actions[key], (*path, key))
+    elif isinstance(space, spaces.Tuple):
+        if not isinstance(actions, (tuple, list)) or len(actions) != len(space.spaces):
+            raise TypeError(
+                f"actions{_describe(path)}: expected a tuple of {len(space.spaces)} batches, "
+                f"got {type(actions).__name__}"
+            )
+        for i, sub in enumerate(space.spaces):
+            yield from _flatten_actions(sub, actions[i], (*path, i))
+    else:
+        yield actions

@@ -1,0 +1,234 @@
+"""Worker process entry point: pin, build envs, handshake, then serve commands until CLOSE.
+
+    parent                                     worker (this module)
+    ------                                     --------------------
+    Process(target=worker_main, args=...) ───► pin itself (placement), watch parent sentinel
+                                               build its k envs from cloudpickled factories
+                       READY(hello) ◄───────── report pid, placement, spaces, metadata
+    ATTACH(block name, layout) ──────────────► map the shared block, bind the EnvSlab
+    STEP / RESET / CALL / SET_ATTR / PING ───► EnvSlab does the work; rows land in the block
+              OK | OK_PAYLOAD | ERROR ◄─────── one reply per command, same seq
+    CLOSE ───────────────────────────────────► close envs, reply, unmap, exit
+
+SIGINT is ignored: on Ctrl-C the whole process group gets the signal and the parent decides.
+A daemon thread waits on the parent's sentinel and exits the process when the parent dies, even
+in the middle of a long env step.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+import numpy as np
+from gymnasium.vector.vector_env import AutoresetMode
+
+from subvec import _protocol as proto
+from subvec import _spaces
+from subvec._core import EnvSlab, SlabArrays
+from subvec._protocol import Command, ErrorRecord, Status
+from subvec._shm import BlockLayout, SharedBlock
+from subvec._topology import Placement, PlacementReport, apply_placement
+
+__all__ = ["AttachSpec", "WorkerHello", "worker_main"]
+
+
+@dataclass
+class WorkerHello:
+    """The READY handshake: where the worker runs and what its envs look like."""
+
+    placement: PlacementReport
+    observation_spaces: list[Any]
+    action_spaces: list[Any]
+    metadata: dict[str, Any]
+    render_mode: str | None
+
+
+@dataclass
+class AttachSpec:
+    """The ATTACH command: the block and how this worker's envs map onto it."""
+
+    block_name: str
+    layout: BlockLayout
+    num_envs: int
+    observation_space: Any  # single space; None when observations travel by value
+    action_space: Any  # single space; None when actions travel by value
+
+
+_COMMAND_NAMES = {
+    Command.RESET: "reset",
+    Command.STEP: "step",
+    Command.CALL: "call",
+    Command.SET_ATTR: "set_attr",
+    Command.CLOSE: "close",
+    Command.ATTACH: "attach",
+    Command.PING: "ping",
+}
+
+
+def _watch_parent() -> None:
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+
+    def wait_and_exit() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        # The parent is gone: nobody will read our replies or unlink anything we could touch.
+        os._exit(0)
+
+    threading.Thread(target=wait_and_exit, name="subvec-parent-watch", daemon=True).start()
+
+
+def worker_main(
+    worker_index: int,
+    first_env: int,
+    factories: list[bytes],
+    cmd_conn: Connection,
+    reply_conn: Connection,
+    autoreset_mode: str,
+    placement: Placement | None,
+    inherited_fds: list[int],
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for fd in inherited_fds:  # fork only: other workers' pipe ends copied into us
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _watch_parent()
+    report = apply_placement(placement)
+    cmd_fd, reply_fd = cmd_conn.fileno(), reply_conn.fileno()
+
+    envs: list[Any] = []
+    try:
+        for blob in factories:
+            envs.append(cloudpickle.loads(blob)())
+    except Exception as exc:
+        record = ErrorRecord.capture(exc, first_env + len(envs), "make")
+        proto.write_frame(reply_fd, Status.ERROR, 0, proto.dumps(record))
+        for env in envs:
+            try:
+                env.close()
+            except Exception:
+                pass
+        return
+
+    slab = EnvSlab(envs, first_env, AutoresetMode(autoreset_mode))
+    try:
+        hello = WorkerHello(
+            placement=report,
+            observation_spaces=[env.observation_space for env in envs],
+            action_spaces=[env.action_space for env in envs],
+            metadata=dict(envs[0].metadata),
+            render_mode=envs[0].render_mode,
+        )
+        proto.write_frame(reply_fd, Status.READY, 0, cloudpickle.dumps(hello))
+    except Exception as exc:
+        record = ErrorRecord.capture(exc, first_env, "make")
+        proto.write_frame(reply_fd, Status.ERROR, 0, proto.dumps(record))
+        return
+    _Server(slab, cmd_fd, reply_fd).serve()
+
+
+class _Server:
+    def __init__(self, slab: EnvSlab, cmd_fd: int, reply_fd: int) -> None:
+        self.slab = slab
+        self.cmd_fd = cmd_fd
+        self.reply_fd = reply_fd
+        self.block: SharedBlock | None = None
+
+    def serve(self) -> None:
+        try:
+            while True:
+                try:
+                    code, seq, payload = proto.read_frame(self.cmd_fd)
+                except EOFError:
+                    break  # the parent closed our command pipe: nothing more will come
+                command = Command(code)
+                try:
+                    status, reply = self.handle(command, payload)
+                except Exception as exc:
+                    env_index = None if command is Command.ATTACH else self.slab.current_env
+                    record = ErrorRecord.capture(exc, env_index, _COMMAND_NAMES[command])
+                    status, reply = Status.ERROR, proto.dumps(record)
+                proto.write_frame(self.reply_fd, status, seq, reply)
+                if command is Command.CLOSE:
+                    break
+        finally:
+            if self.block is not None:
+                self.slab.arrays = None
+                self.block.close()
+
+    def handle(self, command: Command, payload: bytes) -> tuple[Status, bytes]:
+        slab = self.slab
+        if command is Command.STEP:
+            result = slab.step(proto.loads(payload) if payload else None)
+        elif command is Command.RESET:
+            seeds, options, mask = proto.loads(payload)
+            result = slab.reset(seeds, options, mask)
+        elif command is Command.CALL:
+            name, args, kwargs = proto.loads(payload)
+            results = slab.call(name, args, kwargs)
+            return Status.OK_PAYLOAD, self._dump_per_env(results, f"the result of {name!r}")
+        elif command is Command.SET_ATTR:
+            name, values = proto.loads(payload)
+            slab.set_attr(name, values)
+            return Status.OK, b""
+        elif command is Command.ATTACH:
+            self.attach(proto.loads(payload))
+            return Status.OK, b""
+        elif command is Command.CLOSE:
+            slab.close()
+            return Status.OK, b""
+        elif command is Command.PING:
+            return Status.OK, b""
+        else:  # pragma: no cover - Command is exhaustive
+            raise ValueError(f"unknown command {command!r}")
+        if result.is_empty():
+            return Status.OK, b""
+        return Status.OK_PAYLOAD, self._dump_per_env((result.infos, result.obs), "the info")
+
+    def _dump_per_env(self, obj: Any, what: str) -> bytes:
+        try:
+            return proto.dumps(obj)
+        except Exception:
+            try:
+                return cloudpickle.dumps(obj)  # type: ignore[no-any-return]
+            except Exception as exc:
+                raise TypeError(f"{what} returned by the env cannot be pickled: {exc}") from exc
+
+    def attach(self, spec: AttachSpec) -> None:
+        block = SharedBlock.attach(spec.block_name, spec.layout)
+        self.block = block
+        lo, hi = self.slab.first_index, self.slab.first_index + len(self.slab.envs)
+        views = block.views
+        write_obs = read_action = None
+        if spec.observation_space is not None:
+            obs_leaves = [
+                views[f"obs{k}"][lo:hi]
+                for k in range(len(_spaces.leaf_specs(spec.observation_space)))
+            ]
+            obs_rows = _spaces.build_views(spec.observation_space, iter(obs_leaves))
+            write_obs = _spaces.row_writer(spec.observation_space, obs_rows, env_offset=lo)
+        if spec.action_space is not None:
+            act_leaves = [
+                views[f"act{k}"][lo:hi] for k in range(len(_spaces.leaf_specs(spec.action_space)))
+            ]
+            act_rows = _spaces.build_views(spec.action_space, iter(act_leaves))
+            read_action = _spaces.row_reader(spec.action_space, act_rows)
+        rewards: np.ndarray = views["rewards"][lo:hi]
+        self.slab.bind(
+            SlabArrays(
+                rewards=rewards,
+                terminations=views["terminations"][lo:hi],
+                truncations=views["truncations"][lo:hi],
+                write_obs=write_obs,
+                read_action=read_action,
+            )
+        )

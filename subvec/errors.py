@@ -1,0 +1,117 @@
+"""The subvec exception hierarchy.
+
+Every error subvec raises on its own account derives from :class:`SubvecError` and mixes in the
+builtin it resembles, so ``except TimeoutError`` or ``except RuntimeError`` keep working for code
+written against gymnasium's ``AsyncVectorEnv``.  Exceptions raised *inside an environment* are
+re-raised in the parent as instances of both their original type and :class:`EnvError` (see
+``subvec._protocol.rebuild_remote_error``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from collections.abc import Sequence
+
+__all__ = [
+    "BrokenVectorEnvError",
+    "EnvError",
+    "RemoteEnvError",
+    "RemoteTraceback",
+    "SharedMemoryTooSmallError",
+    "SubvecError",
+    "WorkerDiedError",
+    "WorkerTimeoutError",
+    "describe_exitcode",
+]
+
+
+class SubvecError(Exception):
+    """Base class of every error raised by subvec."""
+
+
+class RemoteTraceback(Exception):
+    """Carries a worker's formatted traceback; attached as ``__cause__`` of remote errors."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n\n" + self.text.rstrip("\n") + "\n(traceback from the worker process)"
+
+
+class EnvError(SubvecError):
+    """Mixin base of every exception that an environment raised in a worker process.
+
+    A rebuilt remote exception is an instance of its original type *and* of this class. It
+    carries ``env_index``, ``worker_pid``, ``command`` (``"step"``, ``"reset"``, ...) and the
+    worker's ``remote_traceback`` text, which is also attached as ``__cause__``.
+    """
+
+    env_index: int | None = None
+    worker_pid: int | None = None
+    command: str = ""
+    remote_traceback: str = ""
+
+
+class RemoteEnvError(EnvError, RuntimeError):
+    """Used when the original exception type cannot be rebuilt in the parent."""
+
+
+class WorkerDiedError(SubvecError, RuntimeError):
+    """A worker process exited while the vector env still needed it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        env_indices: Sequence[int] = (),
+        pid: int | None = None,
+        exitcode: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.env_indices = tuple(env_indices)
+        self.pid = pid
+        self.exitcode = exitcode
+
+
+class WorkerTimeoutError(SubvecError, TimeoutError, multiprocessing.TimeoutError):
+    """A wait ran out of time; also a ``multiprocessing.TimeoutError`` like gymnasium raises."""
+
+    def __init__(self, message: str, *, env_indices: Sequence[int] = (), timeout: float = 0.0):
+        super().__init__(message)
+        self.env_indices = tuple(env_indices)
+        self.timeout = timeout
+
+    def __str__(self) -> str:
+        # OSError's __str__ would format args as (errno, strerror); keep the plain message.
+        return str(self.args[0]) if self.args else ""
+
+
+class BrokenVectorEnvError(SubvecError, RuntimeError):
+    """The vector env lost a worker and can no longer step; only ``close()`` is allowed."""
+
+
+class SharedMemoryTooSmallError(SubvecError, OSError):
+    """``/dev/shm`` (or the platform's shared-memory filesystem) lacks room for the block."""
+
+    def __init__(self, message: str, *, needed: int = 0, available: int = 0) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.available = available
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def describe_exitcode(exitcode: int | None) -> str:
+    """Render a ``Process.exitcode`` for humans: ``SIGKILL(-9)``, ``exit code 3``, ``running``."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"{signal.Signals(-exitcode).name}({exitcode})"
+        except ValueError:
+            return f"signal {-exitcode}({exitcode})"
+    return f"exit code {exitcode}"

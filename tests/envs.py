@@ -1,0 +1,164 @@
+"""Test environments: every space type, random episode ends, and infos of every shape."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+def space_zoo() -> dict[str, spaces.Space[Any]]:
+    """Observation spaces the conformance suite runs over, shareable and not."""
+    box = lambda dtype, shape=(3,): spaces.Box(0, 9, shape=shape, dtype=dtype)  # noqa: E731
+    return {
+        "box_f32": box(np.float32, (2, 3)),
+        "box_f64": box(np.float64),
+        "box_f16": box(np.float16),
+        "box_u8_image": box(np.uint8, (8, 6, 3)),
+        "box_i8": box(np.int8),
+        "box_i64": box(np.int64),
+        "box_bool": spaces.Box(0, 1, shape=(4,), dtype=np.bool_),
+        "box_scalar": spaces.Box(-1.0, 1.0, shape=(), dtype=np.float32),
+        "discrete_start": spaces.Discrete(5, start=-2),
+        "multidiscrete": spaces.MultiDiscrete([[3, 4], [5, 2]]),
+        "multibinary": spaces.MultiBinary([2, 3]),
+        "dict_nest": spaces.Dict(
+            {
+                "pos": box(np.float32),
+                "flag": spaces.Discrete(2),
+                "inner": spaces.Tuple((spaces.MultiBinary(3), box(np.uint8, (2,)))),
+            }
+        ),
+        "tuple_nest": spaces.Tuple((spaces.Discrete(4), spaces.Dict({"a": box(np.float64)}))),
+        "text": spaces.Text(max_length=6),
+        "sequence": spaces.Sequence(spaces.Box(0, 1, shape=(2,), dtype=np.float32)),
+        "graph": spaces.Graph(
+            node_space=spaces.Box(0, 1, shape=(2,), dtype=np.float32),
+            edge_space=spaces.Discrete(3),
+        ),
+        "dict_with_text": spaces.Dict({"x": box(np.float32), "t": spaces.Text(max_length=4)}),
+        "custom": CounterSpace(),
+    }
+
+
+class CounterSpace(spaces.Space[int]):
+    """A custom space gymnasium knows nothing about (no dtype, no shape)."""
+
+    def __init__(self) -> None:
+        super().__init__(shape=None, dtype=None)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> int:
+        return int(self.np_random.integers(0, 100))
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, int)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CounterSpace)
+
+    def __hash__(self) -> int:
+        return 1
+
+
+class ZooEnv(gym.Env[Any, Any]):
+    """Samples observations from any space with the env's own RNG; ends episodes at random.
+
+    Infos vary per step (present on some steps only, ints/floats/arrays/nested dicts/strings),
+    which exercises gymnasium's ``_key`` masks and recursive merge.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(
+        self,
+        obs_space: spaces.Space[Any] | None = None,
+        act_space: spaces.Space[Any] | None = None,
+        max_steps: int = 7,
+        render_mode: str | None = None,
+    ) -> None:
+        self.observation_space = obs_space if obs_space is not None else spaces.Box(0, 1, (3,))
+        self.action_space = act_space if act_space is not None else spaces.Discrete(3)
+        self.max_steps = max_steps
+        self.render_mode = render_mode
+        self.t = 0
+        self.last_action: Any = None
+        self.marker = "default"
+
+    def _obs(self) -> Any:
+        self.observation_space.seed(int(self.np_random.integers(2**31)))
+        return self.observation_space.sample()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        info: dict[str, Any] = {"reset_count": int(self.np_random.integers(100))}
+        if options:
+            info["options_seen"] = sorted(options)
+        return self._obs(), info
+
+    def step(self, action: Any):
+        self.t += 1
+        self.last_action = action
+        u = float(self.np_random.random())
+        terminated = u < 0.15
+        truncated = self.t >= self.max_steps
+        reward = u * 2 - 0.5
+        info: dict[str, Any] = {}
+        if u < 0.5:
+            info["low"] = int(self.t)
+        if u > 0.3:
+            info["score"] = np.float32(u)
+            info["vec"] = np.full(2, u)
+        if u > 0.8:
+            info["nested"] = {"depth": self.t, "name": f"n{self.t}"}
+        return self._obs(), reward, terminated, truncated, info
+
+    def render(self) -> np.ndarray:
+        return np.full((4, 4, 3), self.t, dtype=np.uint8)
+
+    def get_t(self, plus: int = 0) -> int:
+        return self.t + plus
+
+
+def make_zoo(obs_name: str, act_space: spaces.Space[Any] | None = None, **kw: Any):
+    """A factory (picklable by reference under every start method)."""
+
+    def factory() -> gym.Env[Any, Any]:
+        return ZooEnv(space_zoo()[obs_name], act_space, **kw)
+
+    return factory
+
+
+class CrashEnv(ZooEnv):
+    """Misbehaves on demand: raises, dies, hangs, or returns a wrong-shaped observation."""
+
+    def __init__(self, how: str = "", at_step: int = 1, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.how = how
+        self.at_step = at_step
+
+    def step(self, action: Any):
+        result = super().step(action)
+        if self.t == self.at_step:
+            self._misbehave()
+            if self.how == "bad_shape":
+                return (np.zeros(5, dtype=np.float32), *result[1:])
+        return result
+
+    def _misbehave(self) -> None:
+        if self.how == "raise":
+            raise KeyError("boom")
+        if self.how == "exit":
+            os._exit(3)
+        if self.how == "kill":
+            os.kill(os.getpid(), 9)
+        if self.how == "segv":
+            import ctypes
+
+            ctypes.string_at(0)
+        if self.how == "hang":
+            time.sleep(3600)

@@ -1,0 +1,35 @@
+"""Comparison helpers shared by the test modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def assert_same(a: Any, b: Any, where: str = "value") -> None:
+    """Recursive equality that also demands equal types, dtypes, shapes and bytes."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        assert isinstance(a, np.ndarray) and isinstance(b, np.ndarray), (where, type(a), type(b))
+        assert a.dtype == b.dtype, (where, a.dtype, b.dtype)
+        assert a.shape == b.shape, (where, a.shape, b.shape)
+        if a.dtype == object:
+            for i, (x, y) in enumerate(zip(a.ravel(), b.ravel())):
+                assert_same(x, y, f"{where}[{i}]")
+        else:
+            assert a.tobytes() == b.tobytes(), (where, a, b)
+        return
+    assert type(a) is type(b), (where, type(a), type(b))
+    if isinstance(a, dict):
+        assert list(a) == list(b), (where, list(a), list(b))
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b), (where, len(a), len(b))
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif hasattr(a, "nodes") and hasattr(a, "edges"):  # GraphInstance
+        for name in ("nodes", "edges", "edge_links"):
+            assert_same(getattr(a, name), getattr(b, name), f"{where}.{name}")
+    else:
+        assert a == b, (where, a, b)

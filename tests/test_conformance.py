@@ -1,0 +1,150 @@
+"""Conformance: SubprocVectorEnv against gymnasium's SyncVectorEnv, the oracle.
+
+Same seeds must give byte-identical observations, rewards, terminations, truncations and infos
+for every autoreset mode, worker layout, start method and observation space.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from subvec import SubprocVectorEnv
+from tests.envs import make_zoo, space_zoo
+from tests.helpers import assert_same
+
+MODES = list(AutoresetMode)
+STEPS = 40
+
+
+def run_side_by_side(
+    fns: list[Any], mode: AutoresetMode, steps: int = STEPS, **kwargs: Any
+) -> SubprocVectorEnv:
+    """Step both implementations with the same actions; assert every result is identical."""
+    oracle = SyncVectorEnv(fns, autoreset_mode=mode)
+    envs = SubprocVectorEnv(fns, autoreset_mode=mode, **kwargs)
+    try:
+        assert envs.single_observation_space == oracle.single_observation_space
+        assert envs.observation_space == oracle.observation_space
+        assert envs.action_space == oracle.action_space
+        assert envs.metadata == oracle.metadata
+        assert_same(envs.reset(seed=123), oracle.reset(seed=123), "reset")
+        envs.action_space.seed(7)
+        for t in range(steps):
+            actions = envs.action_space.sample()
+            got = envs.step(actions)
+            want = oracle.step(actions)
+            assert_same(got, want, f"step {t}")
+            if mode is AutoresetMode.DISABLED and (got[2] | got[3]).any():
+                mask = got[2] | got[3]
+                options = {"reset_mask": mask, "level": 1}
+                snapshot = dict(options)
+                got_reset = envs.reset(options=options)
+                assert options.keys() == snapshot.keys(), "caller's options were mutated"
+                assert_same(got_reset, oracle.reset(options=dict(options)), f"reset at {t}")
+        return envs
+    finally:
+        envs.close()
+        oracle.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("space_name", list(space_zoo()))
+def test_every_space_matches_sync(space_name: str, mode: AutoresetMode) -> None:
+    fns = [make_zoo(space_name) for _ in range(5)]
+    run_side_by_side(fns, mode, num_workers=2)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize(
+    "layout",
+    [{"num_workers": 6}, {"envs_per_worker": 3}, {"num_workers": 4}, {"num_workers": 1}],
+    ids=["one_per_worker", "three_per_worker", "uneven", "single_worker"],
+)
+def test_every_layout_matches_sync(layout: dict[str, int], mode: AutoresetMode) -> None:
+    fns = [make_zoo("dict_nest") for _ in range(6)]
+    run_side_by_side(fns, mode, **layout)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_every_start_method_matches_sync(context: str, mode: AutoresetMode) -> None:
+    # Lambdas and closures as factories: cloudpickle must carry them under every method.
+    scale = 3
+
+    def closure():
+        return make_zoo("tuple_nest", max_steps=scale + 2)()
+
+    fns = [closure, lambda: make_zoo("box_f32")()][:1] * 4
+    run_side_by_side(fns, mode, num_workers=2, context=context)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_pipe_observations_match_sync(mode: AutoresetMode) -> None:
+    fns = [make_zoo("dict_nest") for _ in range(4)]
+    run_side_by_side(fns, mode, num_workers=2, shared_memory=False)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "act_space",
+    [
+        spaces.Box(-1, 1, shape=(2,), dtype=np.float32),
+        spaces.MultiDiscrete([3, 2]),
+        spaces.Dict({"move": spaces.Discrete(4), "force": spaces.Box(0, 1, (2,))}),
+        spaces.Text(max_length=3),
+    ],
+    ids=["box", "multidiscrete", "dict", "text_by_pipe"],
+)
+def test_action_spaces_reach_the_env_unchanged(act_space: spaces.Space[Any]) -> None:
+    fns = [make_zoo("box_f64", act_space) for _ in range(3)]
+    oracle = SyncVectorEnv(fns)
+    with_actions = SubprocVectorEnv(fns, num_workers=2)
+    try:
+        with_actions.reset(seed=1)
+        oracle.reset(seed=1)
+        with_actions.action_space.seed(3)
+        for _ in range(5):
+            actions = with_actions.action_space.sample()
+            with_actions.step(actions)
+            oracle.step(actions)
+            assert_same(
+                with_actions.get_attr("last_action"),
+                tuple(env.unwrapped.last_action for env in oracle.envs),
+            )
+    finally:
+        with_actions.close()
+        oracle.close()
+
+
+@pytest.mark.timeout(60)
+def test_cartpole_matches_sync_for_hundreds_of_steps() -> None:
+    import gymnasium as gym
+
+    fns = [lambda: gym.make("CartPole-v1") for _ in range(8)]
+    run_side_by_side(fns, AutoresetMode.NEXT_STEP, steps=300)
+    run_side_by_side(fns, AutoresetMode.SAME_STEP, steps=300, num_workers=3)
+
+
+@pytest.mark.timeout(60)
+def test_observation_mode_different_matches_sync() -> None:
+    def factory(high: float):
+        return lambda: make_zoo("box_f64")()
+
+    import gymnasium as gym
+
+    fns = [
+        lambda: gym.make("Pendulum-v1", g=9.81),
+        lambda: gym.make("Pendulum-v1", g=1.62),
+        lambda: gym.make("Pendulum-v1", g=3.0),
+    ]
+    envs = run_side_by_side(fns, AutoresetMode.NEXT_STEP, observation_mode="different")
+    assert envs.closed
