@@ -218,7 +218,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         observation_mode: ``"same"``, ``"different"`` or ``(observation_space, single_space)``.
         info_format: ``"gymnasium"`` (1.x ``_key`` masks) or ``"legacy"`` (gymnasium 0.29's
             ``final_observation``/``final_info`` object arrays that CleanRL reads; implies
-            same-step autoreset).
+            same-step autoreset), or ``"list"`` (one dict per env: the step's info; for an env
+            that ended with same-step autoreset, the reset's info plus ``final_obs`` and
+            ``final_info``; used by the Stable-Baselines3 adapter).
         timeout: default timeout in seconds for every ``*_wait`` (``None``: wait forever, still
             watching for dead workers).
         start_timeout: bound on building the envs at construction (``None``: no bound).
@@ -252,8 +254,10 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self.num_envs = len(self.env_fns)
         if self.num_envs == 0:
             raise ValueError("env_fns is empty: a vector env needs at least one env factory")
-        if info_format not in ("gymnasium", "legacy"):
-            raise ValueError(f"info_format must be 'gymnasium' or 'legacy', got {info_format!r}")
+        if info_format not in ("gymnasium", "legacy", "list"):
+            raise ValueError(
+                f"info_format must be 'gymnasium', 'legacy' or 'list', got {info_format!r}"
+            )
         self.info_format = info_format
         if autoreset_mode is None:
             autoreset_mode = (
@@ -774,7 +778,14 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             return deepcopy(self._observations) if self.copy else self._observations
         return _copy_nest(self._observations) if self.copy else self._observations
 
-    def _merge_infos(self, replies: Sequence[tuple[Status, bytes]]) -> dict[str, Any]:
+    def _merge_infos(self, replies: Sequence[tuple[Status, bytes]]) -> Any:
+        if self.info_format == "list":
+            per_env: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+            for worker, (status, payload) in zip(self._resources.workers, replies):
+                if status is Status.OK_PAYLOAD:
+                    for local, info in proto.loads(payload)[0]:
+                        per_env[worker.lo + local].update(info)
+            return per_env
         infos: dict[str, Any] = {}
         legacy = self.info_format == "legacy"
         for worker, (status, payload) in zip(self._resources.workers, replies):

@@ -148,3 +148,69 @@ def test_observation_mode_different_matches_sync() -> None:
     ]
     envs = run_side_by_side(fns, AutoresetMode.NEXT_STEP, observation_mode="different")
     assert envs.closed
+
+
+@pytest.mark.timeout(60)
+def test_list_info_format_holds_each_envs_events() -> None:
+    fns = [make_zoo("box_f32") for _ in range(4)]
+    oracle = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = SubprocVectorEnv(fns, autoreset_mode="SameStep", info_format="list", num_workers=2)
+    try:
+        _, got = envs.reset(seed=5)
+        _, want = oracle.reset(seed=5)
+        assert [info["reset_count"] for info in got] == list(want["reset_count"])
+        envs.action_space.seed(0)
+        ended = 0
+        for _ in range(30):
+            actions = envs.action_space.sample()
+            _, _, term, trunc, got = envs.step(actions)
+            _, _, _, _, want = oracle.step(actions)
+            assert isinstance(got, list) and len(got) == 4
+            for i, info in enumerate(got):
+                assert ("final_obs" in info) == bool(term[i] or trunc[i])
+                if "final_obs" in info:
+                    ended += 1
+                    assert_same(info["final_obs"], want["final_obs"][i])
+                    assert info["reset_count"] == want["reset_count"][i]
+                if "score" in info:
+                    assert info["score"] == want["score"][i]
+        assert ended > 0
+    finally:
+        envs.close()
+        oracle.close()
+
+
+@pytest.mark.timeout(60)
+def test_legacy_info_format_is_gymnasium_029_layout() -> None:
+    fns = [make_zoo("box_f32") for _ in range(4)]
+    oracle = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = SubprocVectorEnv(fns, info_format="legacy", num_workers=2)
+    try:
+        assert envs.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
+        envs.reset(seed=5)
+        oracle.reset(seed=5)
+        envs.action_space.seed(0)
+        seen_final = False
+        for _ in range(30):
+            actions = envs.action_space.sample()
+            obs, _, term, trunc, infos = envs.step(actions)
+            want_obs, _, _, _, want = oracle.step(actions)
+            assert_same(obs, want_obs)
+            done = term | trunc
+            if done.any():
+                seen_final = True
+                assert infos["final_observation"].dtype == object
+                assert list(infos["_final_observation"]) == list(done)
+                for i in range(4):
+                    if done[i]:
+                        assert_same(infos["final_observation"][i], want["final_obs"][i])
+                        assert isinstance(infos["final_info"][i], dict)
+                    else:
+                        assert infos["final_observation"][i] is None
+                        assert infos["final_info"][i] is None
+            else:
+                assert "final_observation" not in infos
+        assert seen_final
+    finally:
+        envs.close()
+        oracle.close()
