@@ -115,3 +115,12 @@ def describe_exitcode(exitcode: int | None) -> str:
         except ValueError:
             return f"signal {-exitcode}({exitcode})"
     return f"exit code {exitcode}"
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note`` on Python >= 3.11; on 3.10 the note is appended to the message."""
+    adder = getattr(exc, "add_note", None)
+    if adder is not None:
+        adder(note)
+    elif exc.args and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]}\n{note}", *exc.args[1:])

@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import enum
 import multiprocessing
-import os
-import select
 import sys
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -50,24 +48,20 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec import _protocol as proto
 from subvec import _spaces
-from subvec._protocol import Command, ErrorRecord, Status
+from subvec._pool import Failure, Reply, Worker, WorkerPool, raise_env_errors, release, usable_cpus
+from subvec._protocol import Command, Status
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._shm import BlockLayout, SharedBlock
-from subvec._topology import Placement, PlacementReport, plan_placement
-from subvec._worker import AttachSpec, WorkerHello, worker_main
-from subvec.errors import (
-    BrokenVectorEnvError,
-    WorkerDiedError,
-    WorkerTimeoutError,
-    describe_exitcode,
-)
+from subvec._topology import plan_placement
+from subvec._worker import AttachSpec, WorkerHello
+from subvec.errors import BrokenVectorEnvError, add_note
 
 __all__ = ["SubprocVectorEnv"]
 
 #: How long close() waits for workers to finish their envs' close() before escalating.
 DEFAULT_CLOSE_TIMEOUT = 10.0
-#: After SIGTERM, how long a worker gets before SIGKILL.
-TERMINATE_GRACE = 1.0
+#: Restarts allowed over the life of a vector env with on_worker_failure="restart".
+DEFAULT_MAX_RESTARTS = 100
 
 
 class _State(enum.Enum):
@@ -78,72 +72,14 @@ class _State(enum.Enum):
     BROKEN = "broken"
 
 
-@dataclass
-class _Worker:
-    index: int
-    lo: int  # first global env index
-    hi: int  # one past the last
-    process: Any  # multiprocessing.process.BaseProcess
-    cmd_conn: Connection
-    reply_conn: Connection
-    seq: int = 0
-    expected: int | None = None  # seq of the reply we still wait for
-    hello: WorkerHello | None = None
-    alive: bool = True
+@dataclass(frozen=True)
+class RestartRecord:
+    """One worker replacement: which worker, which envs, why, and when (monotonic)."""
 
-    @property
-    def envs(self) -> range:
-        return range(self.lo, self.hi)
-
-    def describe(self) -> str:
-        span = f"env {self.lo}" if self.hi - self.lo == 1 else f"envs {self.lo}..{self.hi - 1}"
-        return f"worker {self.index} (pid {self.process.pid}, {span})"
-
-
-@dataclass
-class _Resources:
-    """Everything that must be released, held apart from the env so a finalizer can reach it."""
-
-    workers: list[_Worker] = field(default_factory=list)
-    block: SharedBlock | None = None
-
-
-def _release(resources: _Resources) -> None:
-    """Last-resort and final cleanup: stop workers (bounded), close pipes, unlink the block.
-    Also the weakref finalizer, so it must not reference the vector env."""
-    for worker in resources.workers:
-        if worker.process.is_alive():
-            try:
-                proto.write_frame(worker.cmd_conn.fileno(), Command.CLOSE, worker.seq + 1)
-            except (OSError, ValueError):
-                pass
-    _terminate(resources.workers, grace=TERMINATE_GRACE)
-    for worker in resources.workers:
-        for conn in (worker.cmd_conn, worker.reply_conn):
-            conn.close()
-    resources.workers = []
-    if resources.block is not None:
-        resources.block.close()
-        resources.block = None
-
-
-def _terminate(workers: Sequence[_Worker], grace: float) -> None:
-    """Join workers within ``grace``; SIGTERM the stragglers, then SIGKILL."""
-    deadline = time.monotonic() + grace
-    for worker in workers:
-        worker.process.join(max(0.0, deadline - time.monotonic()))
-    stragglers = [w for w in workers if w.process.is_alive()]
-    for worker in stragglers:
-        worker.process.terminate()
-    deadline = time.monotonic() + grace
-    for worker in stragglers:
-        worker.process.join(max(0.0, deadline - time.monotonic()))
-    for worker in stragglers:
-        if worker.process.is_alive():
-            worker.process.kill()
-            worker.process.join(5.0)
-    for worker in workers:
-        worker.alive = False
+    worker: int
+    env_indices: tuple[int, ...]
+    reason: str
+    time: float
 
 
 def _default_context() -> str:
@@ -152,13 +88,6 @@ def _default_context() -> str:
     if sys.platform == "linux":
         return "forkserver"
     return "spawn"
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
 
 
 def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
@@ -224,6 +153,11 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         timeout: default timeout in seconds for every ``*_wait`` (``None``: wait forever, still
             watching for dead workers).
         start_timeout: bound on building the envs at construction (``None``: no bound).
+        on_worker_failure: ``"raise"`` (default: a dead or hung worker breaks the vector env,
+            like AsyncVectorEnv) or ``"restart"``: the worker is replaced, its envs rebuilt and
+            reset, and the step reports them truncated with ``infos["worker_restarted"]``. Hangs
+            are only detected with a ``timeout``.
+        max_restarts: the most restarts over the env's life before failures raise again.
     """
 
     def __init__(
@@ -243,12 +177,20 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         info_format: str = "gymnasium",
         timeout: float | None = None,
         start_timeout: float | None = None,
+        on_worker_failure: str = "raise",
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
     ) -> None:
         super().__init__()
-        self._resources = _Resources()
-        self._finalizer = weakref.finalize(self, _release, self._resources)
         self._state = _State.IDLE
         self._broken_reason = ""
+        if on_worker_failure not in ("raise", "restart"):
+            raise ValueError(
+                f"on_worker_failure must be 'raise' or 'restart', got {on_worker_failure!r}"
+            )
+        self.on_worker_failure = on_worker_failure
+        self.max_restarts = int(max_restarts)
+        self.restarts: list[RestartRecord] = []
+        self.start_timeout = start_timeout
 
         self.env_fns = list(env_fns)
         self.num_envs = len(self.env_fns)
@@ -281,11 +223,23 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self.context = ctx.get_start_method()
         placements = plan_placement(numa, self.num_workers, pin)
 
-        self._start_workers(ctx, blobs, placements, start_timeout)
-        workers = self._resources.workers
-        self.placement: tuple[PlacementReport, ...] = tuple(
-            w.hello.placement for w in workers if w.hello is not None
+        self._pool = WorkerPool(
+            ctx,
+            blobs,
+            _split(self.num_envs, self.num_workers),
+            self.autoreset_mode.value,
+            placements,
+            self.daemon,
         )
+        self._finalizer = weakref.finalize(self, release, self._pool.resources)
+        # The tracker must run before any worker exists so that all share it (see _shm).
+        resource_tracker.ensure_running()
+        try:
+            self._pool.start(start_timeout)
+        except BaseException:
+            self._finalizer()
+            raise
+        workers = self._pool.workers
         first = workers[0].hello
         assert first is not None
         self.metadata = dict(first.metadata)
@@ -294,6 +248,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._setup_spaces([w.hello for w in workers if w.hello is not None])
         self._setup_block()
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
+        self._restarted = np.zeros(self.num_envs, dtype=np.bool_)
+        self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
         self._env_obs: list[Any] = [None] * self.num_envs
 
     # --- construction -----------------------------------------------------------------------
@@ -317,7 +273,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             if not isinstance(envs_per_worker, (int, np.integer)) or envs_per_worker < 1:
                 raise ValueError(f"envs_per_worker must be a positive int, got {envs_per_worker!r}")
             return -(-n // int(envs_per_worker))
-        return max(1, min(n, _usable_cpus()))
+        return max(1, min(n, usable_cpus()))
 
     def _pickle_factories(self) -> list[bytes]:
         blobs = []
@@ -345,68 +301,6 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             # effect if the server is not running yet.
             ctx.set_forkserver_preload(["numpy", "gymnasium", "subvec._worker"])
         return ctx
-
-    def _spawn(
-        self,
-        ctx: BaseContext,
-        index: int,
-        lo: int,
-        hi: int,
-        blobs: list[bytes],
-        placement: Placement | None,
-    ) -> _Worker:
-        cmd_r, cmd_w = ctx.Pipe(duplex=False)
-        reply_r, reply_w = ctx.Pipe(duplex=False)
-        inherited: list[int] = []
-        if ctx.get_start_method() == "fork":
-            for other in self._resources.workers:
-                inherited += [other.cmd_conn.fileno(), other.reply_conn.fileno()]
-        process = ctx.Process(  # type: ignore[attr-defined]
-            target=worker_main,
-            name=f"subvec-worker-{index}",
-            args=(
-                index,
-                lo,
-                blobs[lo:hi],
-                cmd_r,
-                reply_w,
-                self.autoreset_mode.value,
-                placement,
-                inherited,
-            ),
-            daemon=self.daemon,
-        )
-        process.start()
-        # The child has its own copies now; holding ours would hide its death from EOF checks.
-        cmd_r.close()
-        reply_w.close()
-        return _Worker(index, lo, hi, process, cmd_w, reply_r)
-
-    def _start_workers(
-        self,
-        ctx: BaseContext,
-        blobs: list[bytes],
-        placements: list[Placement] | None,
-        start_timeout: float | None,
-    ) -> None:
-        from multiprocessing import resource_tracker
-
-        # Start the tracker before any worker so all of them share it (see subvec._shm).
-        resource_tracker.ensure_running()
-        workers = self._resources.workers
-        try:
-            for w, (lo, hi) in enumerate(_split(self.num_envs, self.num_workers)):
-                placement = placements[w] if placements else None
-                workers.append(self._spawn(ctx, w, lo, hi, blobs, placement))
-                workers[-1].expected = 0  # the READY handshake
-            replies = self._gather(workers, start_timeout, "building the envs")
-            for worker, (status, payload) in zip(workers, replies):
-                if status is not Status.READY:  # pragma: no cover - _gather raises on ERROR
-                    raise RuntimeError(f"{worker.describe()} sent {status!r} instead of READY")
-                worker.hello = proto.loads(payload)
-        except BaseException:
-            self._finalizer()
-            raise
 
     def _setup_spaces(self, hellos: list[WorkerHello]) -> None:
         obs_spaces = [s for h in hellos for s in h.observation_spaces]
@@ -470,7 +364,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         layout = BlockLayout.plan(arrays)
         try:
             block = SharedBlock.create(layout)
-            self._resources.block = block
+            self._pool.resources.block = block
             spec = AttachSpec(
                 block_name=block.name,
                 layout=layout,
@@ -478,11 +372,14 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 observation_space=obs_space if self._obs_shared else None,
                 action_space=act_space if self._act_shared else None,
             )
-            payload = cloudpickle.dumps(spec)
-            workers = self._resources.workers
+            self._attach_payload = cloudpickle.dumps(spec)
+            workers = self._pool.workers
             for worker in workers:
-                self._send(worker, Command.ATTACH, payload)
-            self._raise_errors(self._gather(workers, None, "attaching the shared block"), workers)
+                self._pool.send(worker, Command.ATTACH, self._attach_payload)
+            replies, failures = self._pool.gather(workers, self.start_timeout, "attaching")
+            if failures:
+                raise failures[0].to_error()
+            raise_env_errors(workers, [replies[w.index] for w in workers])
         except BaseException:
             self._finalizer()
             raise
@@ -500,124 +397,6 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             self._observations = _spaces.build_views(obs_space, iter(obs_leaves))
         else:
             self._observations = create_empty_array(obs_space, n=n, fn=np.zeros)
-
-    # --- messaging --------------------------------------------------------------------------
-
-    def _send(self, worker: _Worker, command: Command, payload: bytes = b"") -> None:
-        worker.seq += 1
-        worker.expected = worker.seq
-        try:
-            proto.write_frame(worker.cmd_conn.fileno(), command, worker.seq, payload)
-        except OSError:
-            # EPIPE: the worker is gone. Its sentinel tells _gather how it died.
-            pass
-
-    def _gather(
-        self, workers: Sequence[_Worker], timeout: float | None, what: str
-    ) -> list[tuple[Status, bytes]]:
-        """Wait for the expected reply of every worker in ``workers``; return them in order.
-
-        Watches each worker's reply pipe *and* its process sentinel, so a death is reported as
-        soon as it happens even while other workers are still busy. Replies whose seq is not
-        the expected one (answers to commands we gave up on) are read and dropped.
-        """
-        if timeout is None:
-            timeout = self.default_timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        replies: dict[int, tuple[Status, bytes]] = {}
-        pending = {w.index: w for w in workers}
-        poller = select.poll()
-        by_fd: dict[int, tuple[_Worker, bool]] = {}
-        for w in workers:
-            by_fd[w.reply_conn.fileno()] = (w, True)
-            by_fd[w.process.sentinel] = (w, False)
-            poller.register(w.reply_conn.fileno(), select.POLLIN)
-            poller.register(w.process.sentinel, select.POLLIN)
-        while pending:
-            if deadline is None:
-                events = poller.poll()
-            else:
-                remaining = deadline - time.monotonic()
-                events = poller.poll(max(0, int(remaining * 1000) + 1)) if remaining > 0 else []
-                if not events:
-                    stuck = sorted(pending.values(), key=lambda w: w.index)
-                    envs = [i for w in stuck for i in w.envs]
-                    raise WorkerTimeoutError(
-                        f"timed out after {timeout:g} s {what}: no reply from "
-                        + ", ".join(w.describe() for w in stuck)
-                        + ". Their envs are in an undefined state: reset them, or "
-                        "close(terminate=True).",
-                        env_indices=envs,
-                        timeout=float(timeout or 0.0),
-                    )
-            for fd, _ in events:
-                worker, is_reply = by_fd[fd]
-                if worker.index not in pending:
-                    continue
-                reply = self._read_reply(worker) if is_reply else self._drain_dead(worker)
-                if reply is None:
-                    continue
-                if reply is _DEAD:
-                    self._on_death(worker, what)
-                assert isinstance(reply, tuple)
-                replies[worker.index] = reply
-                worker.expected = None
-                del pending[worker.index]
-        return [replies[w.index] for w in workers]
-
-    def _read_reply(self, worker: _Worker) -> tuple[Status, bytes] | object | None:
-        """One frame from the worker: the expected reply, None for a stale one, or _DEAD."""
-        try:
-            code, seq, payload = proto.read_frame(worker.reply_conn.fileno())
-        except (EOFError, OSError):
-            return _DEAD
-        if seq != worker.expected:
-            return None  # an answer to a command we stopped waiting for
-        return Status(code), payload
-
-    def _drain_dead(self, worker: _Worker) -> tuple[Status, bytes] | object | None:
-        """The sentinel fired. A reply written just before exiting may still sit in the pipe."""
-        fd = worker.reply_conn.fileno()
-        while True:
-            readable, _, _ = select.select([fd], [], [], 0)
-            if not readable:
-                return _DEAD
-            reply = self._read_reply(worker)
-            if reply is not None:
-                return reply
-
-    def _on_death(self, worker: _Worker, what: str) -> None:
-        worker.process.join(1.0)  # the sentinel fires before the exit status is reapable
-        worker.alive = False
-        exitcode = worker.process.exitcode
-        message = f"{worker.describe()} died with {describe_exitcode(exitcode)} while {what}"
-        self._state = _State.BROKEN
-        self._broken_reason = message
-        raise WorkerDiedError(
-            message + "; the vector env cannot continue, close() it and start a new one",
-            env_indices=list(worker.envs),
-            pid=worker.process.pid,
-            exitcode=exitcode,
-        )
-
-    def _raise_errors(
-        self, replies: Sequence[tuple[Status, bytes]], workers: Sequence[_Worker]
-    ) -> None:
-        """Raise the first env error (lowest env index); mention the others in a note."""
-        errors = []
-        for worker, (status, payload) in zip(workers, replies):
-            if status is Status.ERROR:
-                record: ErrorRecord = proto.loads(payload)
-                errors.append(proto.rebuild_remote_error(record, worker.process.pid))
-        if not errors:
-            return
-        first = errors[0]
-        if len(errors) > 1 and hasattr(first, "add_note"):
-            others = ", ".join(
-                f"env {getattr(e, 'env_index', '?')}: {type(e).__name__}" for e in errors[1:]
-            )
-            first.add_note(f"{len(errors) - 1} more env(s) failed in the same call: {others}")
-        raise first
 
     # --- state checks -----------------------------------------------------------------------
 
@@ -648,16 +427,81 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 state.value,
             )
 
-    def _collect(self, state: _State, timeout: float | None) -> list[tuple[Status, bytes]]:
-        """Gather the replies of a pending call; back to idle unless a worker died."""
-        workers = self._resources.workers
-        try:
-            replies = self._gather(workers, timeout, f"waiting for {state.value}")
-        except WorkerTimeoutError:
-            self._state = _State.IDLE  # later replies of the stuck workers will be dropped
-            raise
+    def _broadcast(self, command: Command, payloads: Callable[[Worker], bytes] | bytes) -> None:
+        for worker in self._pool.workers:
+            payload = payloads if isinstance(payloads, bytes) else payloads(worker)
+            self._pool.send(worker, command, payload)
+
+    def _collect(self, state: _State, timeout: float | None) -> list[Reply]:
+        """Gather the replies of the pending call from every worker, in worker order.
+
+        Failures: with on_worker_failure="raise", a death breaks the env and a timeout returns
+        it to idle (late replies are dropped by seq); both raise. With "restart", each failed
+        worker is replaced and, for a step or reset, its envs reset (see _recover).
+        """
+        if timeout is None:
+            timeout = self.default_timeout
+        workers = list(self._pool.workers)
+        replies, failures = self._pool.gather(workers, timeout, f"waiting for {state.value}")
+        if failures:
+            if self.on_worker_failure == "restart" and len(self.restarts) < self.max_restarts:
+                replies.update(self._recover(state, failures, timeout))
+            else:
+                self._fail(failures, timeout)
         self._state = _State.IDLE
-        self._raise_errors(replies, workers)
+        ordered = [replies[w.index] for w in self._pool.workers]
+        raise_env_errors(self._pool.workers, ordered)
+        return ordered
+
+    def _fail(self, failures: list[Failure], timeout: float | None) -> None:
+        first = failures[0]
+        error = first.to_error(timeout or 0.0)
+        if self.on_worker_failure == "restart":
+            add_note(error, f"max_restarts={self.max_restarts} restarts are used up")
+        if first.kind == "died" or self.on_worker_failure == "restart":
+            self._state = _State.BROKEN
+            self._broken_reason = first.message
+            error.args = (first.message + "; the vector env cannot continue: close() it",)
+        else:
+            self._state = _State.IDLE  # the late replies of the stuck workers will be dropped
+            error.args = (
+                first.message + ". Their envs are in an undefined state: reset them, or "
+                "close(terminate=True).",
+            )
+        for other in failures[1:]:
+            add_note(error, other.message)
+        raise error
+
+    def _recover(
+        self, state: _State, failures: list[Failure], timeout: float | None
+    ) -> dict[int, Reply]:
+        """Replace each failed worker; for a step or reset, reset its envs and return that
+        reset's reply as the worker's answer. The step then reports those envs truncated with
+        reward 0 and ``worker_restarted`` in their infos: nothing about the lost transition is
+        made up. A failed call cannot be replayed (it may not be idempotent) and raises."""
+        replies: dict[int, Reply] = {}
+        for failure in failures:
+            worker = self._pool.replace(failure.worker, self._attach_payload, self.start_timeout)
+            self.restarts.append(
+                RestartRecord(worker.index, tuple(worker.envs), failure.message, time.monotonic())
+            )
+            if state is _State.WAITING_CALL:
+                continue
+            seeds: list[int | None] = [None] * len(worker.envs)
+            if state is _State.WAITING_RESET and self._reset_request is not None:
+                all_seeds, _ = self._reset_request
+                seeds = all_seeds[worker.lo : worker.hi]
+            self._pool.send(worker, Command.RESET, proto.dumps((seeds, None, None)))
+            got, again = self._pool.gather([worker], timeout, "resetting a restarted worker")
+            if again:
+                self._fail(again, timeout)
+            replies[worker.index] = got[worker.index]
+            self._restarted[worker.lo : worker.hi] = True
+        if state is _State.WAITING_CALL:
+            self._state = _State.IDLE
+            error = failures[0].to_error(timeout or 0.0)
+            add_note(error, "the worker was restarted and the vector env remains usable")
+            raise error
         return replies
 
     # --- reset ------------------------------------------------------------------------------
@@ -678,11 +522,14 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             mask = self._check_reset_mask(options["reset_mask"])
             # Never mutate the caller's dict; the envs see the options without the mask.
             env_options = {k: v for k, v in options.items() if k != "reset_mask"}
-        self._reset_mask = mask
-        for worker in self._resources.workers:
+        self._reset_request = (seeds, mask)
+
+        def payload(worker: Worker) -> bytes:
             sub_mask = None if mask is None else [bool(m) for m in mask[worker.lo : worker.hi]]
-            payload = proto.dumps((seeds[worker.lo : worker.hi], env_options, sub_mask))
-            self._send(worker, Command.RESET, payload)
+            return proto.dumps((seeds[worker.lo : worker.hi], env_options, sub_mask))
+
+        self._restarted[:] = False
+        self._broadcast(Command.RESET, payload)
         self._state = _State.WAITING_RESET
 
     def _check_reset_mask(self, reset_mask: Any) -> np.ndarray:
@@ -709,10 +556,13 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         self._finish(_State.WAITING_RESET, "reset_wait")
         replies = self._collect(_State.WAITING_RESET, timeout)
-        if self._reset_mask is None:
+        assert self._reset_request is not None
+        _, mask = self._reset_request
+        self._reset_request = None
+        if mask is None:
             self._needs_reset[:] = False
         else:
-            self._needs_reset[self._reset_mask] = False
+            self._needs_reset[mask] = False
         return self._observations_out(replies), self._merge_infos(replies)
 
     # --- step -------------------------------------------------------------------------------
@@ -731,20 +581,18 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: reset them "
                 "with reset(options={'reset_mask': mask}) before stepping again"
             )
-        workers = self._resources.workers
+        self._restarted[:] = False
         if self._store_actions is not None:
             # Validates every leaf before writing any, so a rejected batch changes nothing.
             self._store_actions(actions)
-            for worker in workers:
-                self._send(worker, Command.STEP)
+            self._broadcast(Command.STEP, b"")
         else:
             per_env = list(iterate(self.action_space, actions))
             if len(per_env) != self.num_envs:
                 raise ValueError(
                     f"expected {self.num_envs} actions, one per env, got {len(per_env)}"
                 )
-            for worker in workers:
-                self._send(worker, Command.STEP, proto.dumps(per_env[worker.lo : worker.hi]))
+            self._broadcast(Command.STEP, lambda w: proto.dumps(per_env[w.lo : w.hi]))
         self._state = _State.WAITING_STEP
 
     def step_wait(
@@ -752,6 +600,11 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         self._finish(_State.WAITING_STEP, "step_wait")
         replies = self._collect(_State.WAITING_STEP, timeout)
+        if self._restarted.any():
+            # Their episodes were cut short by the restart: truncated, with no reward.
+            self._rewards[self._restarted] = 0.0
+            self._terminations[self._restarted] = False
+            self._truncations[self._restarted] = True
         obs = self._observations_out(replies)
         infos = self._merge_infos(replies)
         np.logical_or(self._terminations, self._truncations, out=self._needs_reset)
@@ -767,7 +620,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
 
     def _observations_out(self, replies: Sequence[tuple[Status, bytes]]) -> Any:
         if not self._obs_shared:
-            for worker, (status, payload) in zip(self._resources.workers, replies):
+            for worker, (status, payload) in zip(self._pool.workers, replies):
                 if status is Status.OK_PAYLOAD:
                     _, obs = proto.loads(payload)
                     for local, value in obs or ():
@@ -778,17 +631,21 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             return deepcopy(self._observations) if self.copy else self._observations
         return _copy_nest(self._observations) if self.copy else self._observations
 
-    def _merge_infos(self, replies: Sequence[tuple[Status, bytes]]) -> Any:
+    def _merge_infos(self, replies: Sequence[Reply]) -> Any:
+        """Merge the workers' info events in env order, as SyncVectorEnv would."""
+        restarted = np.flatnonzero(self._restarted).tolist() if self._restarted.any() else []
         if self.info_format == "list":
             per_env: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-            for worker, (status, payload) in zip(self._resources.workers, replies):
+            for worker, (status, payload) in zip(self._pool.workers, replies):
                 if status is Status.OK_PAYLOAD:
                     for local, info in proto.loads(payload)[0]:
                         per_env[worker.lo + local].update(info)
+            for i in restarted:
+                per_env[i]["worker_restarted"] = True
             return per_env
         infos: dict[str, Any] = {}
         legacy = self.info_format == "legacy"
-        for worker, (status, payload) in zip(self._resources.workers, replies):
+        for worker, (status, payload) in zip(self._pool.workers, replies):
             if status is not Status.OK_PAYLOAD:
                 continue
             events, _ = proto.loads(payload)
@@ -798,15 +655,18 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             else:
                 for local, info in events:
                     infos = self._add_info(infos, info, worker.lo + local)
+        for i in restarted:
+            if legacy:
+                infos = _add_info_legacy(infos, {"worker_restarted": True}, i, self.num_envs)
+            else:
+                infos = self._add_info(infos, {"worker_restarted": True}, i)
         return infos
 
     # --- call / attributes ------------------------------------------------------------------
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         self._begin(_State.WAITING_CALL)
-        payload = cloudpickle.dumps((name, args, kwargs))
-        for worker in self._resources.workers:
-            self._send(worker, Command.CALL, payload)
+        self._broadcast(Command.CALL, cloudpickle.dumps((name, args, kwargs)))
         self._state = _State.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
@@ -836,10 +696,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
-        workers = self._resources.workers
-        for worker in workers:
-            payload = cloudpickle.dumps((name, list(values[worker.lo : worker.hi])))
-            self._send(worker, Command.SET_ATTR, payload)
+        per_env = list(values)
+        self._broadcast(Command.SET_ATTR, lambda w: cloudpickle.dumps((name, per_env[w.lo : w.hi])))
         self._state = _State.WAITING_CALL
         self._collect(_State.WAITING_CALL, None)
 
@@ -864,24 +722,16 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
 
         Workers finish their current command, close their envs and exit. After ``timeout``
         seconds (default 10) or at once with ``terminate=True`` the stragglers get SIGTERM,
-        then SIGKILL. Errors raised by the envs' own ``close()`` are re-raised after cleanup.
+        then SIGKILL (one more second). Errors raised by the envs' own ``close()`` are re-raised
+        after everything is released.
         """
-        resources = self._resources
-        error: BaseException | None = None
-        live = [w for w in resources.workers if w.alive and w.process.is_alive()]
-        if live and not terminate:
-            for worker in live:
-                self._send(worker, Command.CLOSE)
-            bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
-            try:
-                replies = self._gather(live, bound, "closing")
-                self._raise_errors(replies, live)
-            except (WorkerTimeoutError, WorkerDiedError):
-                pass  # _release below escalates to SIGTERM/SIGKILL
-            except Exception as exc:
-                error = exc
-        self._state = _State.IDLE
+        pool = getattr(self, "_pool", None)
+        if pool is None:  # construction failed before the pool existed
+            return
+        bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
         self._drop_views()
+        error = pool.close(bound, terminate)
+        self._state = _State.IDLE
         self._finalizer()
         if error is not None:
             self.closed = True
@@ -903,7 +753,6 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         )
 
 
-_DEAD = object()
 
 
 def _legacy_events(

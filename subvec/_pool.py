@@ -1,0 +1,362 @@
+"""The worker pool: starting, messaging, watching, restarting and stopping worker processes.
+
+The pool knows processes and pipes, not env semantics: it sends commands, waits for replies and
+reports failures. Every wait polls each worker's reply pipe *and* its process sentinel, so a
+death is seen the moment it happens even while other workers are still busy, and every wait
+can be bounded. Each command carries a per-worker sequence number echoed by its reply; a reply
+whose number is not the awaited one answers a command the parent stopped waiting for (after a
+timeout or an interrupt) and is dropped, never taken for the answer to a later command.
+
+Cleanup lives in :func:`release`, which holds no reference to the vector env, so it can serve
+as that env's ``weakref.finalize`` callback (garbage collection, interpreter exit).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
+from typing import Any
+
+from subvec import _protocol as proto
+from subvec._protocol import Command, ErrorRecord, Status
+from subvec._shm import SharedBlock
+from subvec._topology import Placement
+from subvec._worker import WorkerHello, worker_main
+from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note, describe_exitcode
+
+__all__ = ["Failure", "Reply", "Worker", "WorkerPool", "release"]
+
+#: After SIGTERM, how long a worker gets before SIGKILL; also the grace of a last-resort close.
+TERMINATE_GRACE = 1.0
+
+Reply = tuple[Status, bytes]
+
+
+@dataclass
+class Worker:
+    index: int
+    lo: int  # first global env index
+    hi: int  # one past the last
+    process: Any  # multiprocessing.process.BaseProcess
+    cmd_conn: Connection
+    reply_conn: Connection
+    seq: int = 0
+    expected: int | None = None  # seq of the reply still awaited
+    hello: WorkerHello | None = None
+
+    @property
+    def envs(self) -> range:
+        return range(self.lo, self.hi)
+
+    @property
+    def pid(self) -> int | None:
+        pid: int | None = self.process.pid
+        return pid
+
+    def describe(self) -> str:
+        span = f"env {self.lo}" if self.hi - self.lo == 1 else f"envs {self.lo}..{self.hi - 1}"
+        return f"worker {self.index} (pid {self.pid}, {span})"
+
+
+@dataclass
+class Failure:
+    """A worker that died or did not answer in time."""
+
+    worker: Worker
+    kind: str  # "died" | "hung"
+    message: str
+    exitcode: int | None = None
+
+    def to_error(self, timeout: float = 0.0) -> WorkerDiedError | WorkerTimeoutError:
+        if self.kind == "hung":
+            return WorkerTimeoutError(
+                self.message, env_indices=list(self.worker.envs), timeout=timeout
+            )
+        return WorkerDiedError(
+            self.message,
+            env_indices=list(self.worker.envs),
+            pid=self.worker.pid,
+            exitcode=self.exitcode,
+        )
+
+
+@dataclass
+class PoolResources:
+    """What must be released, held apart from the vector env so a finalizer can reach it."""
+
+    workers: list[Worker] = field(default_factory=list)
+    block: SharedBlock | None = None
+
+
+def release(resources: PoolResources) -> None:
+    """Stop every worker (bounded: CLOSE, then SIGTERM, then SIGKILL), close the pipes and unlink
+    the block. Idempotent. Must not reference the vector env (it is its finalizer)."""
+    workers, resources.workers = resources.workers, []
+    for worker in workers:
+        if worker.process.is_alive():
+            try:
+                proto.write_frame(worker.cmd_conn.fileno(), Command.CLOSE, worker.seq + 1)
+            except (OSError, ValueError):
+                pass
+    terminate(workers, grace=TERMINATE_GRACE)
+    for worker in workers:
+        worker.cmd_conn.close()
+        worker.reply_conn.close()
+        try:
+            worker.process.close()
+        except ValueError:  # still running after SIGKILL + 5 s: leave it to the OS
+            pass
+    block, resources.block = resources.block, None
+    if block is not None:
+        block.close()
+
+
+def terminate(workers: Sequence[Worker], grace: float) -> None:
+    """Join workers within ``grace``; SIGTERM the stragglers, wait ``grace``, then SIGKILL."""
+    deadline = time.monotonic() + grace
+    for worker in workers:
+        worker.process.join(max(0.0, deadline - time.monotonic()))
+    stragglers = [w for w in workers if w.process.is_alive()]
+    for worker in stragglers:
+        worker.process.terminate()
+    deadline = time.monotonic() + grace
+    for worker in stragglers:
+        worker.process.join(max(0.0, deadline - time.monotonic()))
+    for worker in stragglers:
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join(5.0)
+
+
+class WorkerPool:
+    """Worker processes for a vector env; see the module docstring."""
+
+    def __init__(
+        self,
+        ctx: BaseContext,
+        factories: list[bytes],
+        bounds: list[tuple[int, int]],
+        autoreset_mode: str,
+        placements: list[Placement] | None,
+        daemon: bool,
+    ) -> None:
+        self.ctx = ctx
+        self.factories = factories
+        self.bounds = bounds
+        self.autoreset_mode = autoreset_mode
+        self.placements = placements
+        self.daemon = daemon
+        self.resources = PoolResources()
+
+    @property
+    def workers(self) -> list[Worker]:
+        return self.resources.workers
+
+    # --- start ----------------------------------------------------------------------------
+
+    def spawn(self, index: int) -> Worker:
+        """Start worker ``index`` (its handshake is then awaited with ``gather``)."""
+        lo, hi = self.bounds[index]
+        ctx = self.ctx
+        cmd_r, cmd_w = ctx.Pipe(duplex=False)
+        reply_r, reply_w = ctx.Pipe(duplex=False)
+        inherited: list[int] = []
+        if ctx.get_start_method() == "fork":
+            # A forked child inherits every fd of ours: hand it the other workers' pipe ends
+            # so it closes them, and a worker's death stays visible as EOF on its pipes.
+            for other in self.workers:
+                if other.index != index:
+                    inherited += [other.cmd_conn.fileno(), other.reply_conn.fileno()]
+        process = ctx.Process(  # type: ignore[attr-defined]
+            target=worker_main,
+            name=f"subvec-worker-{index}",
+            args=(
+                index,
+                lo,
+                self.factories[lo:hi],
+                cmd_r,
+                reply_w,
+                self.autoreset_mode,
+                self.placements[index] if self.placements else None,
+                inherited,
+            ),
+            daemon=self.daemon,
+        )
+        process.start()
+        # The child holds its own copies now; keeping ours would hide its death from EOF.
+        cmd_r.close()
+        reply_w.close()
+        worker = Worker(index, lo, hi, process, cmd_w, reply_r, expected=0)
+        return worker
+
+    def start(self, timeout: float | None) -> None:
+        """Start every worker and wait for its READY handshake; raise the first failure."""
+        for index in range(len(self.bounds)):
+            self.workers.append(self.spawn(index))
+        self.handshake(self.workers, timeout)
+
+    def handshake(self, workers: Sequence[Worker], timeout: float | None) -> None:
+        replies, failures = self.gather(workers, timeout, "building the envs")
+        if failures:
+            raise failures[0].to_error(timeout or 0.0)
+        raise_env_errors(workers, [replies[w.index] for w in workers])
+        for worker in workers:
+            worker.hello = proto.loads(replies[worker.index][1])
+
+    # --- messages -------------------------------------------------------------------------
+
+    def send(self, worker: Worker, command: Command, payload: bytes = b"") -> None:
+        worker.seq += 1
+        worker.expected = worker.seq
+        try:
+            proto.write_frame(worker.cmd_conn.fileno(), command, worker.seq, payload)
+        except OSError:
+            pass  # EPIPE: the worker is gone; gather() learns how from its sentinel
+
+    def gather(
+        self, workers: Sequence[Worker], timeout: float | None, what: str
+    ) -> tuple[dict[int, Reply], list[Failure]]:
+        """Wait for the awaited reply of every worker in ``workers``.
+
+        Returns the replies by worker index and the failures: workers that died (seen through
+        their sentinel, at once) or, once ``timeout`` has passed, those still silent ("hung").
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        replies: dict[int, Reply] = {}
+        failures: list[Failure] = []
+        pending = {w.index: w for w in workers}
+        poller = select.poll()
+        by_fd: dict[int, tuple[Worker, bool]] = {}
+        for w in workers:
+            for fd, is_reply in ((w.reply_conn.fileno(), True), (w.process.sentinel, False)):
+                by_fd[fd] = (w, is_reply)
+                poller.register(fd, select.POLLIN)
+        while pending:
+            if deadline is None:
+                events = poller.poll()
+            else:
+                remaining = deadline - time.monotonic()
+                events = poller.poll(int(remaining * 1000) + 1) if remaining > 0 else []
+                if not events:
+                    for w in sorted(pending.values(), key=lambda w: w.index):
+                        message = f"no reply from {w.describe()} after {timeout:g} s {what}"
+                        failures.append(Failure(w, "hung", message))
+                    break
+            for fd, _ in events:
+                worker, is_reply = by_fd[fd]
+                if worker.index not in pending:
+                    continue
+                reply = self._read(worker) if is_reply else self._drain(worker)
+                if reply is _STALE:
+                    continue
+                del pending[worker.index]
+                for fd_done in (worker.reply_conn.fileno(), worker.process.sentinel):
+                    poller.unregister(fd_done)
+                if reply is _DEAD:
+                    failures.append(self._death(worker, what))
+                else:
+                    assert isinstance(reply, tuple)
+                    replies[worker.index] = reply
+                    worker.expected = None
+        return replies, failures
+
+    def _read(self, worker: Worker) -> Reply | object:
+        try:
+            code, seq, payload = proto.read_frame(worker.reply_conn.fileno())
+        except (EOFError, OSError):
+            return _DEAD
+        if seq != worker.expected:
+            return _STALE
+        return Status(code), payload
+
+    def _drain(self, worker: Worker) -> Reply | object:
+        """The sentinel fired; a reply written just before the exit may still be in the pipe."""
+        fd = worker.reply_conn.fileno()
+        while select.select([fd], [], [], 0)[0]:
+            reply = self._read(worker)
+            if reply is not _STALE:
+                return reply
+        return _DEAD
+
+    def _death(self, worker: Worker, what: str) -> Failure:
+        worker.process.join(1.0)  # the sentinel fires slightly before the status is reapable
+        exitcode = worker.process.exitcode
+        return Failure(
+            worker,
+            "died",
+            f"{worker.describe()} died with {describe_exitcode(exitcode)} while {what}",
+            exitcode,
+        )
+
+    # --- restart / stop -------------------------------------------------------------------
+
+    def replace(self, worker: Worker, attach_payload: bytes, timeout: float | None) -> Worker:
+        """Kill ``worker`` if needed and start a fresh one for the same envs, attached to the
+        block. Its envs are freshly built and not yet reset."""
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(5.0)
+        worker.cmd_conn.close()
+        worker.reply_conn.close()
+        new = self.spawn(worker.index)
+        self.workers[worker.index] = new
+        self.handshake([new], timeout)
+        self.send(new, Command.ATTACH, attach_payload)
+        replies, failures = self.gather([new], timeout, "attaching the shared block")
+        if failures:
+            raise failures[0].to_error(timeout or 0.0)
+        raise_env_errors([new], [replies[new.index]])
+        return new
+
+    def close(self, timeout: float, terminate_now: bool) -> BaseException | None:
+        """Ask every live worker to close its envs (bounded by ``timeout``), then release
+        everything. Returns the first error an env's close() raised, if any."""
+        error: BaseException | None = None
+        live = [w for w in self.workers if w.process.is_alive()]
+        if live and not terminate_now:
+            for worker in live:
+                self.send(worker, Command.CLOSE)
+            replies, _ = self.gather(live, timeout, "closing")
+            try:
+                raise_env_errors(
+                    [w for w in live if w.index in replies],
+                    [replies[w.index] for w in live if w.index in replies],
+                )
+            except Exception as exc:
+                error = exc
+        release(self.resources)
+        return error
+
+
+_DEAD = object()
+_STALE = object()
+
+
+def raise_env_errors(workers: Sequence[Worker], replies: Sequence[Reply]) -> None:
+    """Raise the first env error of a call (lowest env index), noting the others."""
+    errors = []
+    for worker, (status, payload) in zip(workers, replies):
+        if status is Status.ERROR:
+            record: ErrorRecord = proto.loads(payload)
+            errors.append(proto.rebuild_remote_error(record, worker.pid))
+    if not errors:
+        return
+    first = errors[0]
+    if len(errors) > 1:
+        others = ", ".join(
+            f"env {getattr(e, 'env_index', '?')}: {type(e).__name__}" for e in errors[1:]
+        )
+        add_note(first, f"{len(errors) - 1} more env(s) failed in the same call: {others}")
+    raise first
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
