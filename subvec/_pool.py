@@ -219,12 +219,17 @@ class WorkerPool:
             pass  # EPIPE: the worker is gone; gather() learns how from its sentinel
 
     def gather(
-        self, workers: Sequence[Worker], timeout: float | None, what: str
+        self,
+        workers: Sequence[Worker],
+        timeout: float | None,
+        what: str,
+        stop_at_death: bool = False,
     ) -> tuple[dict[int, Reply], list[Failure]]:
         """Wait for the awaited reply of every worker in ``workers``.
 
         Returns the replies by worker index and the failures: workers that died (seen through
         their sentinel, at once) or, once ``timeout`` has passed, those still silent ("hung").
+        With ``stop_at_death`` the first death ends the wait at once, whatever the others do.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         replies: dict[int, Reply] = {}
@@ -259,6 +264,8 @@ class WorkerPool:
                     poller.unregister(fd_done)
                 if reply is _DEAD:
                     failures.append(self._death(worker, what))
+                    if stop_at_death:
+                        return replies, failures
                 else:
                     assert isinstance(reply, tuple)
                     replies[worker.index] = reply

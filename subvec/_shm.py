@@ -13,6 +13,7 @@ never writes the observation region: the kernel hands out zero pages on first to
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 from collections.abc import Iterable, Sequence
@@ -183,3 +184,27 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def add_cli_parser(subparsers: Any) -> None:
+    """``subvec shm [--clean]``: list subvec's segments in /dev/shm, remove the stale ones."""
+    parser = subparsers.add_parser(
+        "shm",
+        help="list /dev/shm/subvec_* segments; --clean removes those of dead processes",
+    )
+    parser.add_argument("--clean", action="store_true", help="remove segments of dead processes")
+    parser.add_argument("--dir", default=_SHM_DIR, help="shared-memory directory (/dev/shm)")
+    parser.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    removed = remove_stale_segments(args.dir) if args.clean else []
+    for name in removed:
+        print(f"removed {name}")
+    for name in list_segments(args.dir):
+        pid = name[len(SEGMENT_PREFIX) :].split("_", 1)[0]
+        state = "live" if pid.isdigit() and _pid_alive(int(pid)) else "stale"
+        print(f"{state:5} {name}")
+    if not removed and not list_segments(args.dir):
+        print(f"no {SEGMENT_PREFIX}* segments in {args.dir}")
+    return 0

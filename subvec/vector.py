@@ -52,7 +52,7 @@ from subvec._pool import Failure, Reply, Worker, WorkerPool, raise_env_errors, r
 from subvec._protocol import Command, Status
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._shm import BlockLayout, SharedBlock
-from subvec._topology import plan_placement
+from subvec._topology import PlacementReport, plan_placement
 from subvec._worker import AttachSpec, WorkerHello
 from subvec.errors import BrokenVectorEnvError, add_note
 
@@ -60,6 +60,8 @@ __all__ = ["SubprocVectorEnv"]
 
 #: How long close() waits for workers to finish their envs' close() before escalating.
 DEFAULT_CLOSE_TIMEOUT = 10.0
+#: The same bound once a worker has died (the others may be stuck mid-step).
+BROKEN_CLOSE_TIMEOUT = 2.0
 #: Restarts allowed over the life of a vector env with on_worker_failure="restart".
 DEFAULT_MAX_RESTARTS = 100
 
@@ -442,9 +444,12 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         if timeout is None:
             timeout = self.default_timeout
         workers = list(self._pool.workers)
-        replies, failures = self._pool.gather(workers, timeout, f"waiting for {state.value}")
+        restart = self.on_worker_failure == "restart" and len(self.restarts) < self.max_restarts
+        replies, failures = self._pool.gather(
+            workers, timeout, f"waiting for {state.value}", stop_at_death=not restart
+        )
         if failures:
-            if self.on_worker_failure == "restart" and len(self.restarts) < self.max_restarts:
+            if restart:
                 replies.update(self._recover(state, failures, timeout))
             else:
                 self._fail(failures, timeout)
@@ -729,6 +734,10 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         if pool is None:  # construction failed before the pool existed
             return
         bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
+        if timeout is None and self._state is _State.BROKEN:
+            # A worker already died; the rest may be stuck mid-step. Give them a short grace
+            # to close their envs, not the full default: the user is waiting on a crash.
+            bound = BROKEN_CLOSE_TIMEOUT
         self._drop_views()
         error = pool.close(bound, terminate)
         self._state = _State.IDLE
@@ -736,6 +745,16 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         if error is not None:
             self.closed = True
             raise error
+
+    @property
+    def placement(self) -> tuple[PlacementReport, ...]:
+        """Where each worker runs: pid, NUMA node and CPU set, from its ready handshake."""
+        return tuple(w.hello.placement for w in self._pool.workers if w.hello is not None)
+
+    @property
+    def worker_pids(self) -> tuple[int | None, ...]:
+        """The pid of each worker process, in worker order."""
+        return tuple(w.pid for w in self._pool.workers)
 
     def _drop_views(self) -> None:
         # Our own references to the block; without them the block unmaps at once.
@@ -751,8 +770,6 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             f"SubprocVectorEnv({spec}num_envs={self.num_envs}, num_workers={self.num_workers}, "
             f"autoreset_mode={self.autoreset_mode.value}, context={self.context}, {state})"
         )
-
-
 
 
 def _legacy_events(

@@ -79,7 +79,9 @@ class ZooEnv(gym.Env[Any, Any]):
         act_space: spaces.Space[Any] | None = None,
         max_steps: int = 7,
         render_mode: str | None = None,
+        terminate_prob: float = 0.15,
     ) -> None:
+        self.terminate_prob = terminate_prob
         self.observation_space = obs_space if obs_space is not None else spaces.Box(0, 1, (3,))
         self.action_space = act_space if act_space is not None else spaces.Discrete(3)
         self.max_steps = max_steps
@@ -104,7 +106,7 @@ class ZooEnv(gym.Env[Any, Any]):
         self.t += 1
         self.last_action = action
         u = float(self.np_random.random())
-        terminated = u < 0.15
+        terminated = u < self.terminate_prob
         truncated = self.t >= self.max_steps
         reward = u * 2 - 0.5
         info: dict[str, Any] = {}
@@ -136,14 +138,17 @@ def make_zoo(obs_name: str, act_space: spaces.Space[Any] | None = None, **kw: An
 class CrashEnv(ZooEnv):
     """Misbehaves on demand: raises, dies, hangs, or returns a wrong-shaped observation."""
 
-    def __init__(self, how: str = "", at_step: int = 1, **kw: Any) -> None:
+    def __init__(self, how: str = "", at_step: int = 1, seconds: float = 3600, **kw: Any) -> None:
         super().__init__(**kw)
         self.how = how
         self.at_step = at_step
+        self.seconds = seconds
+        self.misbehaved = False
 
     def step(self, action: Any):
         result = super().step(action)
-        if self.t == self.at_step:
+        if self.t == self.at_step and not self.misbehaved:
+            self.misbehaved = True  # once per instance: a rebuilt env misbehaves again
             self._misbehave()
             if self.how == "bad_shape":
                 return (np.zeros(5, dtype=np.float32), *result[1:])
@@ -161,4 +166,29 @@ class CrashEnv(ZooEnv):
 
             ctypes.string_at(0)
         if self.how == "hang":
-            time.sleep(3600)
+            time.sleep(self.seconds)
+        if self.how == "hang_ignoring_sigterm":
+            import signal
+
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            time.sleep(self.seconds)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if self.how == "raise_on_reset" and options and options.get("explode"):
+            raise ValueError("bad reset option")
+        return super().reset(seed=seed, options=options)
+
+    def explode(self, message: str) -> None:
+        raise RuntimeError(message)
+
+
+def crash_fns(num_envs: int, crash_at: int, how: str, **kw: Any) -> list[Any]:
+    """Factories for ``num_envs`` envs of which env ``crash_at`` misbehaves as ``how``."""
+
+    def healthy() -> gym.Env[Any, Any]:
+        return ZooEnv(max_steps=10**6, terminate_prob=0.0)
+
+    def crashing() -> gym.Env[Any, Any]:
+        return CrashEnv(how, max_steps=10**6, terminate_prob=0.0, **kw)
+
+    return [crashing if i == crash_at else healthy for i in range(num_envs)]

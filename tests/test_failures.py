@@ -1,0 +1,527 @@
+"""The failure model (docs/reliability.md): a crash matrix of what fails x when it fails.
+
+Each test is bounded by a timeout, so a hang fails instead of stalling CI, and the autouse
+fixture in conftest.py checks that no child process and no shared-memory segment survives it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+
+import subvec
+from subvec import (
+    BrokenVectorEnvError,
+    EnvError,
+    SharedMemoryTooSmallError,
+    SubprocVectorEnv,
+    WorkerDiedError,
+    WorkerTimeoutError,
+)
+from subvec._shm import SEGMENT_PREFIX, list_segments, remove_stale_segments
+from subvec.errors import RemoteTraceback
+from tests.envs import ZooEnv, crash_fns, make_zoo
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def worker_pids(envs: SubprocVectorEnv) -> list[int]:
+    return [report.pid for report in envs.placement]
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_until(predicate: Any, bound: float) -> bool:
+    """Poll ``predicate`` until true or ``bound`` seconds pass (a bound, not a sleep-race)."""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return bool(predicate())
+
+
+# --- 1. an env raises -------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_env_error_in_step_keeps_type_index_pid_and_traceback() -> None:
+    envs = SubprocVectorEnv(crash_fns(4, 2, "raise"), num_workers=2)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(KeyError) as info:
+            envs.step(envs.action_space.sample())
+        err = info.value
+        assert isinstance(err, EnvError) and isinstance(err, subvec.SubvecError)
+        assert err.env_index == 2
+        assert err.worker_pid == worker_pids(envs)[1]
+        assert err.command == "step"
+        assert "env 2" in str(err) and f"pid {err.worker_pid}" in str(err) and "boom" in str(err)
+        assert isinstance(err.__cause__, RemoteTraceback)
+        assert "_misbehave" in err.__cause__.text and "KeyError" in err.__cause__.text
+        # The vector env stays usable: reset and step again.
+        envs.reset(seed=1)
+        envs.step(envs.action_space.sample())
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_env_error_in_reset_and_call_and_one_report_for_many() -> None:
+    envs = SubprocVectorEnv(crash_fns(4, 1, "raise_on_reset"), num_workers=2)
+    try:
+        with pytest.raises(ValueError, match="bad reset option") as info:
+            envs.reset(options={"explode": True})
+        assert isinstance(info.value, EnvError) and info.value.env_index == 1
+        assert info.value.command == "reset"
+        # Each worker stops at its first failing env: one exception (lowest env index), the
+        # other worker's in a note.
+        with pytest.raises(AttributeError) as info2:
+            envs.call("no_such_method")
+        assert info2.value.env_index == 0
+        if sys.version_info >= (3, 11):
+            assert any(
+                "1 more env(s)" in note and "env 2" in note for note in info2.value.__notes__
+            )
+        assert envs.reset(seed=0)[0].shape == (4, 3)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_factory_error_names_env_and_leaves_nothing_running() -> None:
+    def broken() -> Any:
+        raise OSError(28, "no space left for the simulator")
+
+    fns: list[Any] = [make_zoo("box_f32")] * 3 + [broken]
+    with pytest.raises(OSError) as info:
+        SubprocVectorEnv(fns, num_workers=2)
+    assert isinstance(info.value, EnvError) and info.value.env_index == 3
+    assert info.value.errno == 28
+    assert info.value.command == "make"
+
+
+@pytest.mark.timeout(30)
+def test_unpicklable_factory_fails_before_any_process_starts() -> None:
+    lock = threading.Lock()
+
+    def holds_lock() -> Any:
+        with lock:
+            return ZooEnv()
+
+    before = multiprocessing.active_children()
+    with pytest.raises(TypeError, match=r"env_fns\[1\]"):
+        SubprocVectorEnv([make_zoo("box_f32"), holds_lock])
+    assert multiprocessing.active_children() == before
+
+
+# --- 2. a worker dies -------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("how", "signature"),
+    [("kill", "SIGKILL(-9)"), ("segv", "SIGSEGV(-11)"), ("exit", "exit code 3")],
+)
+def test_worker_death_mid_step_is_seen_at_once_while_others_are_busy(
+    how: str, signature: str
+) -> None:
+    # env 0 (worker 0) sleeps 30 s inside step; env 3 (worker 1) dies. The error must not wait
+    # for the sleeper.
+    fns = crash_fns(4, 3, how)
+    fns[0] = lambda: __import__("tests.envs").envs.CrashEnv("hang", seconds=30, terminate_prob=0)
+    envs = SubprocVectorEnv(fns, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        pid = worker_pids(envs)[1]
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError) as info:
+            envs.step(envs.action_space.sample())
+        assert time.monotonic() - start < 15, "death was not noticed while worker 0 slept"
+        err = info.value
+        assert signature in str(err) and f"pid {pid}" in str(err)
+        assert err.env_indices == (2, 3) and err.pid == pid
+        with pytest.raises(BrokenVectorEnvError, match="died"):
+            envs.step(envs.action_space.sample())
+    finally:
+        start = time.monotonic()
+        envs.close()
+        assert time.monotonic() - start < 10
+
+
+@pytest.mark.timeout(60)
+def test_worker_killed_while_idle_is_reported_on_next_call() -> None:
+    envs = SubprocVectorEnv(crash_fns(4, 9, ""), num_workers=2)
+    try:
+        envs.reset(seed=0)
+        victim = worker_pids(envs)[0]
+        os.kill(victim, signal.SIGKILL)
+        assert wait_until(lambda: gone(victim), 5)
+        with pytest.raises(WorkerDiedError, match=r"SIGKILL\(-9\)") as info:
+            envs.step(envs.action_space.sample())
+        assert info.value.env_indices == (0, 1)
+    finally:
+        envs.close()
+
+
+# --- 3. a worker hangs ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later() -> None:
+    envs = SubprocVectorEnv(crash_fns(4, 1, "hang", seconds=1.0), num_workers=2)
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(4, dtype=np.int64)
+        envs.step_async(actions)
+        with pytest.raises(WorkerTimeoutError) as info:
+            envs.step_wait(timeout=0.2)
+        err = info.value
+        assert isinstance(err, TimeoutError) and isinstance(err, multiprocessing.TimeoutError)
+        assert err.env_indices == (0, 1)
+        assert "worker 0" in str(err)
+        # The stuck worker answers the timed-out step late; that answer must be dropped and
+        # this step's answer returned: every env has now taken exactly two steps.
+        envs.step(actions)
+        assert envs.get_attr("t") == (2, 2, 2, 2)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_constructor_timeout_applies_to_every_wait() -> None:
+    envs = SubprocVectorEnv(crash_fns(2, 0, "hang", seconds=2.0), num_workers=2, timeout=0.2)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(WorkerTimeoutError):
+            envs.step(envs.action_space.sample())
+    finally:
+        envs.close(terminate=True)
+
+
+@pytest.mark.timeout(60)
+def test_close_terminate_escalates_to_sigkill_within_a_bound() -> None:
+    envs = SubprocVectorEnv(crash_fns(2, 0, "hang_ignoring_sigterm"), num_workers=2)
+    envs.reset(seed=0)
+    pids = worker_pids(envs)
+    envs.step_async(envs.action_space.sample())
+    with pytest.raises(WorkerTimeoutError):
+        envs.step_wait(timeout=0.3)
+    start = time.monotonic()
+    envs.close(terminate=True)
+    assert time.monotonic() - start < 8
+    assert all(gone(pid) for pid in pids)
+
+
+@pytest.mark.timeout(60)
+def test_close_with_timeout_on_a_hung_worker_is_bounded() -> None:
+    envs = SubprocVectorEnv(crash_fns(2, 1, "hang"), num_workers=2)
+    envs.reset(seed=0)
+    envs.step_async(envs.action_space.sample())
+    start = time.monotonic()
+    envs.close(timeout=0.5)
+    assert time.monotonic() - start < 8
+
+
+# --- 4. opt-in restart ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_restart_replaces_a_dead_worker_and_reports_truncation() -> None:
+    envs = SubprocVectorEnv(
+        crash_fns(4, 3, "kill", at_step=2), num_workers=2, on_worker_failure="restart"
+    )
+    try:
+        envs.reset(seed=0)
+        old = worker_pids(envs)
+        actions = np.zeros(4, dtype=np.int64)
+        _, _, _, trunc, infos = envs.step(actions)
+        assert not trunc.any() and "worker_restarted" not in infos
+        _, rew, term, trunc, infos = envs.step(actions)  # env 3 dies here
+        assert list(trunc) == [False, False, True, True]
+        assert list(term) == [False] * 4
+        assert rew[2] == 0.0 and rew[3] == 0.0
+        assert list(infos["_worker_restarted"]) == [False, False, True, True]
+        assert len(envs.restarts) == 1
+        record = envs.restarts[0]
+        assert record.worker == 1 and record.env_indices == (2, 3)
+        assert "SIGKILL(-9)" in record.reason
+        assert envs._pool.workers[1].pid != old[1] and envs._pool.workers[0].pid == old[0]
+        # The replaced worker's envs start afresh; the other worker's envs carry on.
+        assert envs.get_attr("t") == (2, 2, 0, 0)
+        envs.step(actions)
+        assert envs.get_attr("t") == (3, 3, 1, 1)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_restart_of_a_hung_worker_and_max_restarts() -> None:
+    envs = SubprocVectorEnv(
+        crash_fns(2, 0, "hang", at_step=1),
+        num_workers=2,
+        on_worker_failure="restart",
+        max_restarts=1,
+        timeout=0.5,
+    )
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        _, _, _, trunc, infos = envs.step(actions)  # env 0 hangs: replaced
+        assert list(trunc) == [True, False] and list(infos["_worker_restarted"]) == [True, False]
+        with pytest.raises(WorkerTimeoutError, match="no reply") as info:
+            envs.step(actions)  # hangs again: restarts are used up
+        if sys.version_info >= (3, 11):
+            assert any("max_restarts=1" in n for n in info.value.__notes__)
+        with pytest.raises(BrokenVectorEnvError):
+            envs.step(actions)
+    finally:
+        envs.close(terminate=True)
+
+
+# --- 5. the parent dies or is interrupted -----------------------------------------------------
+
+
+def run_script(context: str, mode: str, **popen: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.scripts.lifecycle", context, mode],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", ["idle", "midstep"])
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_parent_sigkill_takes_workers_and_segment_with_it(context: str, mode: str) -> None:
+    proc = run_script(context, mode)
+    try:
+        assert proc.stdout is not None
+        report = json.loads(proc.stdout.readline())
+        if mode == "midstep":
+            assert proc.stdout.readline().strip() == "stepping"
+        pids, segment = report["pids"], report["segment"]
+        assert all(not gone(pid) for pid in pids)
+        assert segment in list_segments()
+        proc.kill()
+        proc.wait(10)
+        assert wait_until(lambda: all(gone(pid) for pid in pids), 3.0), "workers outlived parent"
+        assert wait_until(lambda: segment not in list_segments(), 10.0), "segment leaked"
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_interrupts_the_parent_once_and_workers_stay_quiet() -> None:
+    proc = run_script("forkserver", "interrupt", start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        json.loads(proc.stdout.readline())
+        assert proc.stdout.readline().strip() == "looping"
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+        out, err = proc.communicate(timeout=30)
+        assert out.split() == ["interrupted", "closed"]
+        assert proc.returncode == 0
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+
+
+# --- 6. no close() ----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_script_that_never_closes_exits_promptly_and_cleans_up() -> None:
+    proc = run_script("forkserver", "noclose")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    report = json.loads(out.splitlines()[0])
+    assert wait_until(lambda: all(gone(pid) for pid in report["pids"]), 3.0)
+    assert report["segment"] not in list_segments()
+    assert "leaked" not in err, err
+
+
+@pytest.mark.timeout(60)
+def test_garbage_collected_env_reaps_its_workers() -> None:
+    import gc
+
+    envs = SubprocVectorEnv([make_zoo("box_f32")] * 2, num_workers=2)
+    envs.reset(seed=0)
+    pids = worker_pids(envs)
+    del envs
+    gc.collect()
+    assert all(gone(pid) for pid in pids)
+
+
+# --- 7. bad input -----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_bad_actions_are_refused_before_sending_and_env_stays_usable() -> None:
+    envs = SubprocVectorEnv([make_zoo("box_f32")] * 3, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match=r"batch of 3 actions.*got 2"):
+            envs.step(np.zeros(2, dtype=np.int64))
+        with pytest.raises(TypeError, match="cannot be cast"):
+            envs.step(np.array(["a", "b", "c"]))
+        with pytest.raises(TypeError, match="cannot be cast"):
+            envs.step(np.array([0.5, 1.0, 2.0]))  # floats for a Discrete space
+        envs.step(np.array([0, 1, 2]))
+        assert envs.get_attr("t") == (1, 1, 1)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_wrong_observation_shape_names_env_expected_and_actual() -> None:
+    envs = SubprocVectorEnv(crash_fns(3, 2, "bad_shape"), num_workers=2)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(
+            ValueError, match=r"env 2: observation has shape \(5,\), expected \(3,\)"
+        ):
+            envs.step(envs.action_space.sample())
+        envs.reset(seed=0)  # still usable
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(30)
+def test_shm_too_small_is_a_clear_error_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    from subvec import _shm
+
+    real = os.statvfs
+
+    class Tiny:
+        f_bavail, f_frsize = 1, 4096
+
+    monkeypatch.setattr(_shm.os, "statvfs", lambda path: Tiny() if "shm" in path else real(path))
+    with pytest.raises(SharedMemoryTooSmallError, match=r"needs .* MiB .* has only") as info:
+        SubprocVectorEnv([make_zoo("box_u8_image")] * 2, num_workers=2)
+    assert info.value.needed > info.value.available == 4096
+
+
+# --- 8. resources -----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_no_growth_of_fds_children_or_segments_over_100_cycles(fd_count: Any) -> None:
+    def cycle() -> None:
+        envs = SubprocVectorEnv([make_zoo("box_f32")] * 2, num_workers=2)
+        envs.reset(seed=0)
+        envs.step(envs.action_space.sample())
+        envs.close()
+
+    cycle()  # the first cycle starts the forkserver and the resource tracker
+    fds = fd_count()
+    for _ in range(100):
+        cycle()
+    assert fd_count() == fds
+    assert not multiprocessing.active_children()
+    assert not [n for n in list_segments() if n.startswith(f"{SEGMENT_PREFIX}{os.getpid()}_")]
+
+
+def test_stale_segments_are_removed_by_prefix_and_live_ones_kept(tmp_path: Path) -> None:
+    dead = tmp_path / f"{SEGMENT_PREFIX}999999999_abcd"
+    live = tmp_path / f"{SEGMENT_PREFIX}{os.getpid()}_abcd"
+    other = tmp_path / "psm_12345"
+    for path in (dead, live, other):
+        path.write_bytes(b"x")
+    assert remove_stale_segments(str(tmp_path)) == [dead.name]
+    assert live.exists() and other.exists() and not dead.exists()
+
+
+def test_shm_cli_lists_and_cleans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from subvec.cli import main
+
+    (tmp_path / f"{SEGMENT_PREFIX}999999999_ab").write_bytes(b"x")
+    assert main(["shm", "--dir", str(tmp_path)]) == 0
+    assert "stale" in capsys.readouterr().out
+    assert main(["shm", "--clean", "--dir", str(tmp_path)]) == 0
+    assert "removed" in capsys.readouterr().out
+    assert not list(tmp_path.iterdir())
+
+
+# --- 9. close() from every state, and state misuse --------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("state", ["pending_step", "after_crash", "after_timeout", "interrupted"])
+def test_close_is_bounded_and_idempotent_from_every_state(state: str) -> None:
+    how = {"after_crash": "kill", "after_timeout": "hang", "interrupted": "hang"}.get(state, "")
+    envs = SubprocVectorEnv(crash_fns(2, 1, how), num_workers=2)
+    envs.reset(seed=0)
+    actions = envs.action_space.sample()
+    if state == "pending_step":
+        envs.step_async(actions)
+    elif state == "after_crash":
+        with pytest.raises(WorkerDiedError):
+            envs.step(actions)
+    elif state == "after_timeout":
+        envs.step_async(actions)
+        with pytest.raises(WorkerTimeoutError):
+            envs.step_wait(timeout=0.2)
+    else:
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(KeyboardInterrupt):
+                envs.step(actions)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    start = time.monotonic()
+    envs.close(timeout=1.0)
+    assert time.monotonic() - start < 8
+    envs.close()
+    assert envs.closed
+    with pytest.raises(ClosedEnvironmentError):
+        envs.step(actions)
+
+
+@pytest.mark.timeout(60)
+def test_state_misuse_raises_gymnasiums_errors() -> None:
+    envs = SubprocVectorEnv([make_zoo("box_f32")] * 2, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(NoAsyncCallError):
+            envs.step_wait()
+        envs.step_async(envs.action_space.sample())
+        with pytest.raises(AlreadyPendingCallError):
+            envs.reset_async()
+        with pytest.raises(AlreadyPendingCallError):
+            envs.call_async("get_t")
+        envs.step_wait()
+        with pytest.raises(NoAsyncCallError):
+            envs.call_wait()
+    finally:
+        envs.close()
