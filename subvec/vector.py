@@ -445,9 +445,14 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             timeout = self.default_timeout
         workers = list(self._pool.workers)
         restart = self.on_worker_failure == "restart" and len(self.restarts) < self.max_restarts
-        replies, failures = self._pool.gather(
-            workers, timeout, f"waiting for {state.value}", stop_at_death=not restart
-        )
+        try:
+            replies, failures = self._pool.gather(
+                workers, timeout, f"waiting for {state.value}", stop_at_death=not restart
+            )
+        except KeyboardInterrupt:
+            # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
+            self._state = _State.IDLE
+            raise
         if failures:
             if restart:
                 replies.update(self._recover(state, failures, timeout))

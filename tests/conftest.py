@@ -42,7 +42,21 @@ def no_leaks():
             break
         time.sleep(0.05)  # a killed worker may take a moment to be reaped by its parent
     assert not leaked, f"child processes outlived the test: {leaked}"
-    assert not segments, f"shared-memory segments outlived the test: {segments}"
+    assert not segments, f"shared-memory segments outlived the test: {_describe(segments)}"
+
+
+def _describe(segments: set[str]) -> list[str]:
+    """Name each leaked segment's creator and whether it still runs (to debug a leak)."""
+    out = []
+    for name in sorted(segments):
+        pid = int(name.split("_")[1])
+        try:
+            proc = psutil.Process(pid)
+            who = f"{proc.status()} {' '.join(proc.cmdline())[:120]}"
+        except psutil.Error:
+            who = "creator gone"
+        out.append(f"{name} (creator pid {pid}: {who}; test pid {os.getpid()})")
+    return out
 
 
 @pytest.fixture
