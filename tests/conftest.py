@@ -37,12 +37,31 @@ def no_leaks():
     deadline = time.monotonic() + 5.0
     while True:
         leaked = {p: c for p, c in _children().items() if p not in before_children}
-        segments = set(list_segments()) - before_segments
+        segments = {n for n in set(list_segments()) - before_segments if _ours(n)}
         if (not leaked and not segments) or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # a killed worker may take a moment to be reaped by its parent
     assert not leaked, f"child processes outlived the test: {leaked}"
     assert not segments, f"shared-memory segments outlived the test: {_describe(segments)}"
+
+
+def _ours(segment: str) -> bool:
+    """Created by this test process or one of its descendants, or by a process now dead.
+
+    Segments of unrelated live processes (another test run on the same machine) are not ours.
+    """
+    try:
+        pid = int(segment.split("_")[1])
+        proc = psutil.Process(pid)
+    except (ValueError, IndexError):
+        return False
+    except psutil.NoSuchProcess:
+        return True
+    me = os.getpid()
+    try:
+        return pid == me or any(p.pid == me for p in proc.parents())
+    except psutil.Error:
+        return True
 
 
 def _describe(segments: set[str]) -> list[str]:
