@@ -771,6 +771,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     def __repr__(self) -> str:
         spec = f"{self.spec.id}, " if self.spec is not None else ""
         state = "closed" if self.closed else self._state.value
+        nodes = [] if self.closed else [r.node for r in self.placement]
+        if any(node is not None for node in nodes):
+            state += f", nodes={nodes}"
         return (
             f"SubprocVectorEnv({spec}num_envs={self.num_envs}, num_workers={self.num_workers}, "
             f"autoreset_mode={self.autoreset_mode.value}, context={self.context}, {state})"
