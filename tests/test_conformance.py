@@ -14,7 +14,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from subvec import SubprocVectorEnv
-from tests.envs import make_zoo, space_zoo
+from tests.envs import ZooEnv, make_zoo, space_zoo
 from tests.helpers import assert_same
 
 MODES = list(AutoresetMode)
@@ -214,3 +214,41 @@ def test_legacy_info_format_is_gymnasium_029_layout() -> None:
     finally:
         envs.close()
         oracle.close()
+
+
+class CastingEnv(ZooEnv):
+    """Returns observations in another dtype than its space's, as real envs often do."""
+
+    def __init__(self, dtype: Any) -> None:
+        super().__init__(spaces.Box(-5, 5, shape=(3,), dtype=np.float32))
+        self.out_dtype = dtype
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs.astype(self.out_dtype) * 1.1, info
+
+    def step(self, action: Any):
+        obs, *rest = super().step(action)
+        return (obs.astype(self.out_dtype) * 1.1, *rest)
+
+
+@pytest.mark.timeout(60)
+def test_observation_dtype_is_cast_exactly_as_sync_casts() -> None:
+    fns = [lambda: CastingEnv(np.float64), lambda: CastingEnv(np.int64)] * 2
+    run_side_by_side(fns, AutoresetMode.NEXT_STEP, num_workers=2)
+
+
+@pytest.mark.timeout(60)
+def test_impossible_observation_cast_fails_like_sync() -> None:
+    class ComplexObs(CastingEnv):
+        def __init__(self) -> None:
+            super().__init__(np.complex128)
+
+    with pytest.raises(TypeError):
+        SyncVectorEnv([ComplexObs]).reset(seed=0)
+    envs = SubprocVectorEnv([ComplexObs, ComplexObs], num_workers=2)
+    try:
+        with pytest.raises(TypeError, match=r"env 0: observation of dtype complex128"):
+            envs.reset(seed=0)
+    finally:
+        envs.close()

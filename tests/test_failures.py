@@ -38,6 +38,21 @@ from tests.envs import ZooEnv, crash_fns, make_zoo
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="module")
+def warm_singletons() -> None:
+    """Start the forkserver and the resource tracker once: they hold fds for the session."""
+    for context in ("forkserver", "fork", "spawn"):
+        SubprocVectorEnv([make_zoo("box_f32")], context=context).close()
+
+
+@pytest.fixture(autouse=True)
+def no_fd_growth(warm_singletons: None, fd_count: Any) -> Any:
+    """No crash, hang or cleanup path may leak a file descriptor in the parent."""
+    before = fd_count()
+    yield
+    assert fd_count() == before, "file descriptors leaked"
+
+
 def worker_pids(envs: SubprocVectorEnv) -> list[int]:
     return [report.pid for report in envs.placement]
 
