@@ -1,0 +1,134 @@
+"""The AsyncVectorEnv surface beyond stepping: attributes, calls, rendering, layouts, repr."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+
+from subvec import SubprocVectorEnv
+from tests.envs import ZooEnv, make_zoo
+
+
+@pytest.mark.timeout(60)
+def test_call_get_set_attr_render_and_seeds() -> None:
+    fns = [lambda: ZooEnv(render_mode="rgb_array")] * 3
+    envs = SubprocVectorEnv(fns, num_workers=2)
+    try:
+        assert envs.render_mode == "rgb_array"
+        assert envs.metadata["render_fps"] == 30
+        assert envs.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+        assert envs.spec is None
+        envs.reset(seed=[10, None, 12])
+        seeds = envs.np_random_seed
+        assert seeds[0] == 10 and seeds[2] == 12 and isinstance(seeds[1], int)
+        envs.step(np.array([0, 1, 2]))
+        assert envs.call("get_t", plus=5) == (6, 6, 6)
+        assert envs.get_attr("max_steps") == (7, 7, 7)
+        envs.set_attr("marker", ["a", "b", "c"])
+        assert envs.get_attr("marker") == ("a", "b", "c")
+        envs.set_attr("marker", "same")
+        assert envs.get_attr("marker") == ("same",) * 3
+        with pytest.raises(ValueError, match="Got `2` values for 3 environments"):
+            envs.set_attr("marker", ["x", "y"])
+        frames = envs.render()
+        assert isinstance(frames, tuple) and len(frames) == 3 and frames[0].shape == (4, 4, 3)
+        envs.call_async("get_t")
+        assert envs.call_wait(timeout=10) == (1, 1, 1)
+        generators = envs.np_random
+        assert all(isinstance(g, np.random.Generator) for g in generators)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_spaces_and_defaults_match_async_vector_env() -> None:
+    fns = [make_zoo("dict_nest")] * 4
+    ours = SubprocVectorEnv(fns)
+    theirs = AsyncVectorEnv(fns)
+    try:
+        for name in ("single_observation_space", "observation_space", "action_space"):
+            assert getattr(ours, name) == getattr(theirs, name), name
+        assert ours.num_envs == theirs.num_envs == 4
+        assert ours.num_workers == min(4, len(__import__("os").sched_getaffinity(0)))
+        assert ours.context == "forkserver"
+    finally:
+        ours.close()
+        theirs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_workers": 2, "envs_per_worker": 1}, "not both"),
+        ({"num_workers": 0}, "positive int"),
+        ({"num_workers": 9}, "exceeds num_envs=3"),
+        ({"autoreset_mode": "sometimes"}, "autoreset_mode must be one of"),
+        ({"info_format": "xml"}, "info_format must be"),
+        ({"info_format": "legacy", "autoreset_mode": "NextStep"}, "same step"),
+        ({"on_worker_failure": "ignore"}, "on_worker_failure must be"),
+        ({"observation_mode": "similar"}, "observation_mode must be"),
+    ],
+)
+def test_bad_constructor_arguments_say_what_to_change(kwargs: dict, message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        SubprocVectorEnv([make_zoo("box_f32")] * 3, **kwargs)
+
+
+@pytest.mark.timeout(60)
+def test_layouts_and_autoreset_spellings() -> None:
+    envs = SubprocVectorEnv(
+        [make_zoo("box_f32")] * 7, envs_per_worker=3, autoreset_mode="same_step"
+    )
+    try:
+        assert envs.num_workers == 3
+        assert [(w.lo, w.hi) for w in envs._pool.workers] == [(0, 3), (3, 5), (5, 7)]
+        assert envs.autoreset_mode is AutoresetMode.SAME_STEP
+        assert "num_envs=7, num_workers=3" in repr(envs)
+    finally:
+        envs.close()
+    assert "closed" in repr(envs)
+
+
+@pytest.mark.timeout(60)
+def test_copy_false_returns_views_valid_until_next_call() -> None:
+    envs = SubprocVectorEnv([make_zoo("box_f64")] * 2, num_workers=2, copy=False)
+    try:
+        first, _ = envs.reset(seed=0)
+        snapshot = first.copy()
+        second, *_ = envs.step(np.array([0, 1]))
+        assert second is first or np.shares_memory(second, first)
+        assert not np.array_equal(snapshot, second)
+    finally:
+        del first, second
+        envs.close()
+
+
+def test_import_subvec_does_not_import_torch_sb3_or_multiprocessing_in_core() -> None:
+    code = (
+        "import sys, subvec, subvec._core;"
+        "bad = [m for m in ('torch', 'stable_baselines3', 'ray') if m in sys.modules];"
+        "print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    import ast
+
+    import subvec._core
+
+    tree = ast.parse(Path(subvec._core.__file__).read_text())
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not {
+        m for m in imported if m.startswith(("multiprocessing", "subvec._pool", "subvec._worker"))
+    }
