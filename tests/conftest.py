@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from subvec._shm import list_segments
+from subvec._shm import SEGMENT_PREFIX, list_segments
 
 # Long-lived helpers that multiprocessing starts once per interpreter, not per vector env.
 _SINGLETONS = ("forkserver", "resource_tracker")
@@ -28,6 +28,19 @@ def _children() -> dict[int, str]:
     return out
 
 
+def _foreign(segment: str) -> bool:
+    """A segment made by a live process outside this test run (another test run or a benchmark
+    on the same machine shares /dev/shm); a dead creator's segment is never foreign."""
+    try:
+        pid = int(segment[len(SEGMENT_PREFIX) :].split("_", 1)[0])
+    except ValueError:
+        return False
+    if pid == os.getpid() or not psutil.pid_exists(pid):
+        return False
+    ours = {p.pid for p in psutil.Process().children(recursive=True)}
+    return pid not in ours
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
     """Fail the test if it leaves a child process or a /dev/shm/subvec_* segment behind."""
@@ -37,7 +50,7 @@ def no_leaks():
     deadline = time.monotonic() + 5.0
     while True:
         leaked = {p: c for p, c in _children().items() if p not in before_children}
-        segments = set(list_segments()) - before_segments
+        segments = {s for s in set(list_segments()) - before_segments if not _foreign(s)}
         if (not leaked and not segments) or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # a killed worker may take a moment to be reaped by its parent
