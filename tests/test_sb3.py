@@ -317,6 +317,7 @@ def test_close_is_idempotent_and_start_method_is_passed() -> None:
     assert envs.closed
 
 
+@pytest.mark.timeout(90)
 def test_import_subvec_leaves_sb3_and_torch_out() -> None:
     code = textwrap.dedent(
         """
