@@ -10,7 +10,9 @@ General layout (lower layers never import higher ones):
     _topology         NUMA discovery and placement
     _worker           the worker process: pin, build envs, serve commands
     vector            SubprocVectorEnv (gymnasium VectorEnv)
-    factory           make_vec
+    proxy             remote(envs): attribute-style forwarding to any vector env's call()
+    factory           make_vec (and the kwargs checks the SB3 face reuses)
+    _envops           per-env operations the SB3 face runs in the workers (no SB3 import)
     sb3               the Stable-Baselines3 VecEnv (imports SB3; never imported from here)
 
 ``import subvec`` never imports torch, Stable-Baselines3 or ray.
@@ -25,6 +27,8 @@ from subvec.errors import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from subvec.factory import make_vec
+from subvec.proxy import RemoteProxy, remote
 from subvec.vector import SubprocVectorEnv
 
 __version__ = "0.1.0"
@@ -33,10 +37,13 @@ __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
     "RemoteEnvError",
+    "RemoteProxy",
     "SharedMemoryTooSmallError",
     "SubprocVectorEnv",
     "SubvecError",
     "WorkerDiedError",
     "WorkerTimeoutError",
     "__version__",
+    "make_vec",
+    "remote",
 ]

@@ -1,0 +1,217 @@
+"""make_vec: one line from an env id (or a callable) to a :class:`SubprocVectorEnv`.
+
+Mirrors ``gymnasium.make_vec`` with subvec's options as plain keyword arguments::
+
+    envs = subvec.make_vec("CartPole-v1", 16, seed=0, num_workers=4)
+    obs, infos = envs.reset()          # the same as reset(seed=0): env i gets seed 0 + i
+
+The id is resolved in the parent, so an unknown id fails here (with gymnasium's suggestions)
+instead of in every worker, and envs registered only in the caller's script still build in
+workers that never ran it (the resolved ``EnvSpec`` travels with the factory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
+
+from subvec._seeding import SeedArg
+from subvec.vector import SubprocVectorEnv
+
+__all__ = ["VECTOR_KWARGS", "EnvFactory", "check_kwargs", "make_vec"]
+
+#: The options ``make_vec`` passes on to :class:`SubprocVectorEnv` (read from its signature,
+#: so the two never drift apart).
+VECTOR_KWARGS: tuple[str, ...] = tuple(
+    name
+    for name, p in inspect.signature(SubprocVectorEnv.__init__).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY
+)
+
+# Arguments people bring from gymnasium.make_vec or SubprocVectorEnv, and what to do instead.
+_MAKE_VEC_HINTS = {
+    "vectorization_mode": "subvec always runs the envs in worker processes; drop it",
+    "vector_kwargs": "pass SubprocVectorEnv's options directly, e.g. make_vec(id, 8, "
+    "num_workers=2)",
+    "env_fns": "make_vec builds the env factories itself; to pass your own list, call "
+    "subvec.SubprocVectorEnv(env_fns, ...)",
+    "kwargs": "pass the env constructor's arguments as env_kwargs={...}",
+}
+
+
+def check_kwargs(
+    given: Mapping[str, Any],
+    allowed: Iterable[str],
+    where: str,
+    *,
+    hints: Mapping[str, str] | None = None,
+    otherwise: str = "",
+) -> None:
+    """Reject keyword arguments not in ``allowed``, naming each and saying what to change.
+
+    A known mistake gets its hint, a typo gets the closest allowed name (difflib), anything
+    else gets ``otherwise`` (formatted with ``{name}``) and the list of allowed names.
+    """
+    allowed = list(allowed)
+    unknown = [name for name in given if name not in allowed]
+    if not unknown:
+        return
+    hints = hints or {}
+    problems = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+        if name in hints:
+            problems.append(f"{name!r}: {hints[name]}")
+        elif close:
+            problems.append(f"{name!r}: did you mean {close[0]!r}?")
+        elif otherwise:
+            problems.append(f"{name!r}: " + otherwise.format(name=name))
+        else:
+            problems.append(f"{name!r} is not one of them")
+    plural = "s" if len(unknown) > 1 else ""
+    raise TypeError(
+        f"{where} got unexpected keyword argument{plural} "
+        + ", ".join(repr(n) for n in unknown)
+        + ".\n  "
+        + "\n  ".join(problems)
+        + f"\n  (accepted: {', '.join(allowed)})"
+    )
+
+
+class EnvFactory:
+    """Picklable factory: ``gym.make(spec, **env_kwargs)`` or ``fn(**env_kwargs)``, then the
+    wrappers in order. Usable directly as an entry of ``SubprocVectorEnv(env_fns)``."""
+
+    def __init__(
+        self,
+        target: EnvSpec | Callable[..., gym.Env[Any, Any]],
+        env_kwargs: Mapping[str, Any] | None = None,
+        wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] = (),
+    ) -> None:
+        self.target = target
+        self.env_kwargs = dict(env_kwargs or {})
+        self.wrappers = tuple(wrappers)
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        if isinstance(self.target, EnvSpec):
+            env = gym.make(self.target, **self.env_kwargs)
+        else:
+            env = self.target(**self.env_kwargs)
+            if not isinstance(env, gym.Env):
+                raise TypeError(
+                    f"{self.target!r} returned {type(env).__name__}, not a gymnasium.Env; "
+                    "make_vec needs a callable that builds one env"
+                )
+        for wrapper in self.wrappers:
+            env = wrapper(env)
+        return env
+
+    def __repr__(self) -> str:
+        target = self.target.id if isinstance(self.target, EnvSpec) else self.target
+        return f"EnvFactory({target!r}, env_kwargs={self.env_kwargs}, wrappers={self.wrappers})"
+
+
+class _FirstSeedVectorEnv(SubprocVectorEnv):
+    """A SubprocVectorEnv whose first ``reset()`` without a seed uses ``make_vec``'s seed.
+
+    An explicit seed at that first reset wins; either way the stored seed is then forgotten,
+    so later resets keep each env's own stream as usual.
+    """
+
+    _first_seed: int | None = None
+
+    def reset_async(self, seed: SeedArg = None, options: dict[str, Any] | None = None) -> None:
+        first = self._first_seed
+        super().reset_async(seed=first if seed is None else seed, options=options)
+        self._first_seed = None  # only once the reset was sent: a refused one keeps it
+
+
+def _resolve_spec(env_id: str | EnvSpec) -> EnvSpec:
+    if isinstance(env_id, EnvSpec):
+        return env_id
+    # gymnasium.make's own lookup: imports "module:" prefixes, picks the latest version of an
+    # unversioned id, raises NameNotFound/VersionNotFound with suggestions.
+    from gymnasium.envs.registration import _find_spec
+
+    return _find_spec(env_id)
+
+
+def make_vec(
+    env_id_or_callable: str | EnvSpec | Callable[..., gym.Env[Any, Any]],
+    num_envs: int,
+    *,
+    seed: int | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+    wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] | None = None,
+    **vector_kwargs: Any,
+) -> SubprocVectorEnv:
+    """Build ``num_envs`` copies of an env in worker processes, as ``gymnasium.make_vec`` would.
+
+    Args:
+        env_id_or_callable: a registered id (``"CartPole-v1"``, ``"module:Env-v0"``), an
+            ``EnvSpec``, or a callable returning an env (an env class works).
+        num_envs: how many envs.
+        seed: seeds the first ``reset()`` that is given no seed (env i gets ``seed + i``,
+            exactly as ``reset(seed=seed)``) and the action spaces (``action_space`` and
+            ``single_action_space``). ``None``: each env draws its own entropy.
+        env_kwargs: keyword arguments of ``gym.make(id, ...)`` or of the callable.
+        wrappers: callables ``env -> env`` applied to every env, in order.
+        **vector_kwargs: options of :class:`SubprocVectorEnv` (``num_workers``,
+            ``autoreset_mode``, ``info_format``, ``context``, ...); anything else is rejected
+            with a message saying what to change.
+
+    Returns:
+        A :class:`SubprocVectorEnv` (its ``spec`` records the env id and kwargs).
+    """
+    check_kwargs(
+        vector_kwargs,
+        VECTOR_KWARGS,
+        "make_vec()",
+        hints=_MAKE_VEC_HINTS,
+        otherwise="not an option of SubprocVectorEnv; if it is for the env constructor, "
+        "pass env_kwargs={{{name!r}: ...}}",
+    )
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(
+            f"seed must be an int or None, got {seed!r}; for one seed per env, call "
+            "envs.reset(seed=[...]) instead"
+        )
+    if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
+        raise TypeError(f"env_kwargs must be a dict, got {type(env_kwargs).__name__}")
+    wrappers = list(wrappers or ())
+    for i, wrapper in enumerate(wrappers):
+        if not callable(wrapper):
+            raise TypeError(f"wrappers[{i}] must be a callable env -> env, got {wrapper!r}")
+
+    spec: EnvSpec | None = None
+    if isinstance(env_id_or_callable, (str, EnvSpec)):
+        spec = _resolve_spec(env_id_or_callable)
+        factory = EnvFactory(spec, env_kwargs, wrappers)
+    elif callable(env_id_or_callable):
+        factory = EnvFactory(env_id_or_callable, env_kwargs, wrappers)
+    else:
+        raise TypeError(
+            "env_id_or_callable must be a registered env id, an EnvSpec or a callable "
+            f"returning an env, got {env_id_or_callable!r}"
+        )
+
+    envs = _FirstSeedVectorEnv([factory] * num_envs, **vector_kwargs)
+    if spec is not None:
+        # As gymnasium.make_vec records it: the env's kwargs, and num_envs when not 1.
+        kwargs = {**spec.kwargs, **(env_kwargs or {})}
+        if num_envs != 1:
+            kwargs["num_envs"] = num_envs
+        envs.spec = dataclasses.replace(spec, kwargs=kwargs)
+    if seed is not None:
+        envs._first_seed = seed
+        envs.action_space.seed(seed)
+        envs.single_action_space.seed(seed)
+    return envs

@@ -1,0 +1,302 @@
+"""The Stable-Baselines3 face: :class:`SubprocVecEnv`, a drop-in for SB3's own.
+
+``from subvec.sb3 import SubprocVecEnv`` and everything else stays as it was::
+
+    vec_env = make_vec_env("CartPole-v1", n_envs=8, vec_env_cls=SubprocVecEnv)
+    model = PPO("MlpPolicy", vec_env).learn(100_000)
+
+It is a thin layer over :class:`subvec.SubprocVectorEnv` run with same-step autoreset and one
+info dict per env (``info_format="list"``), translated to SB3's contract:
+
+- ``reset()`` returns the observations only and applies what ``seed()`` and ``set_options()``
+  stored; the reset infos land in ``reset_infos``.
+- ``step_wait()`` returns fresh float32 rewards (PPO adds to them in place), bool dones and a
+  list of fresh dicts; an env that ended reports its final step's info plus
+  ``terminal_observation`` and ``TimeLimit.truncated`` and is already reset.
+- ``get_attr``, ``set_attr``, ``env_method`` and ``env_is_wrapped`` take ``indices`` and touch
+  only those envs (see ``subvec._envops``); ``set_attr`` sets the outermost wrapper, as SB3.
+
+This module imports Stable-Baselines3 (and so torch); ``import subvec`` never imports it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from stable_baselines3.common.env_util import make_vec_env as _sb3_make_vec_env
+from stable_baselines3.common.vec_env.base_vec_env import (
+    VecEnv,
+    VecEnvIndices,
+    VecEnvObs,
+    VecEnvStepReturn,
+)
+
+from subvec._envops import OPS_ATTR, Op, OpsFactory, class_path
+from subvec.factory import VECTOR_KWARGS, check_kwargs
+from subvec.vector import SubprocVectorEnv
+
+__all__ = ["SUBVEC_KWARGS", "SubprocVecEnv", "make_vec_env"]
+
+# Options the adapter fixes because SB3's contract depends on them.
+_FIXED = {
+    "autoreset_mode": "SB3 resets envs in the same step; the adapter always uses SAME_STEP",
+    "info_format": "SB3 takes a list of dicts; the adapter always asks the core for 'list'",
+    "context": "pass start_method=... (SB3's name for it)",
+}
+#: The :class:`subvec.SubprocVectorEnv` options :class:`SubprocVecEnv` passes on.
+SUBVEC_KWARGS: tuple[str, ...] = tuple(k for k in VECTOR_KWARGS if k not in _FIXED)
+
+
+class SubprocVecEnv(VecEnv):
+    """Stable-Baselines3's ``VecEnv`` on subvec's workers and shared memory.
+
+    Args:
+        env_fns: callables that each build one env (as for SB3's ``SubprocVecEnv``).
+        start_method: multiprocessing start method; default forkserver on Linux (thread-safe
+            with torch already running in the parent), spawn elsewhere.
+        **subvec_kwargs: options of :class:`subvec.SubprocVectorEnv`: ``num_workers``,
+            ``envs_per_worker``, ``shared_memory``, ``daemon``, ``numa``, ``pin``,
+            ``observation_mode``, ``timeout``, ``start_timeout``; ``copy`` must stay True (SB3
+            keeps the previous observations while it steps).
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
+        start_method: str | None = None,
+        **subvec_kwargs: Any,
+    ) -> None:
+        check_kwargs(subvec_kwargs, SUBVEC_KWARGS, "subvec.sb3.SubprocVecEnv()", hints=_FIXED)
+        if not subvec_kwargs.get("copy", True):
+            raise ValueError(
+                "copy=False is not supported by the SB3 adapter: SB3 keeps the previous "
+                "observations (self._last_obs) while the next step writes the shared block; "
+                "drop copy=False"
+            )
+        subvec_kwargs["copy"] = True
+        factories = [OpsFactory(fn, i) for i, fn in enumerate(env_fns)]
+        #: The :class:`subvec.SubprocVectorEnv` underneath (gymnasium API, placement, ...).
+        self.vector_env = SubprocVectorEnv(
+            factories,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+            info_format="list",
+            context=start_method,
+            **subvec_kwargs,
+        )
+        try:
+            # VecEnv.__init__ calls get_attr("render_mode"): the workers must already run.
+            super().__init__(
+                self.vector_env.num_envs,
+                self.vector_env.single_observation_space,
+                self.vector_env.single_action_space,
+            )
+        except BaseException:
+            self.vector_env.close(terminate=True)
+            raise
+        # As DummyVecEnv: the first env's metadata (render_fps reaches VecVideoRecorder).
+        self.metadata = dict(self.vector_env.metadata)
+
+    # --- stepping ---------------------------------------------------------------------------
+
+    def reset(self) -> VecEnvObs:
+        """Reset every env with the pending ``seed()``/``set_options()``; return the obs."""
+        venv = self.vector_env
+        n = self.num_envs
+        seeds = None if all(s is None for s in self._seeds) else list(self._seeds)
+        groups = _group_options(self._options)
+        obs: Any
+        infos: Any  # info_format="list": one dict per env
+        reset_infos: list[dict[str, Any]]
+        if len(groups) == 1:
+            # SB3 passes options only when non-empty.
+            obs, infos = venv.reset(seed=seeds, options=groups[0][0] or None)
+            reset_infos = list(infos)
+        else:
+            # Per-env options: one masked reset per distinct options dict. (An env whose
+            # options are empty then sees options={} rather than None.)
+            reset_infos = [{} for _ in range(n)]
+            for options, members in groups:
+                mask = np.zeros(n, dtype=np.bool_)
+                mask[members] = True
+                obs, infos = venv.reset(seed=seeds, options={**options, "reset_mask": mask})
+                for i in members:
+                    reset_infos[i] = infos[i]
+        self.reset_infos = reset_infos
+        self._reset_seeds()
+        self._reset_options()
+        return obs  # type: ignore[no-any-return]
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self.vector_env.step_async(actions)
+
+    def step_wait(self) -> VecEnvStepReturn:
+        obs, rewards, terminations, truncations, infos = self.vector_env.step_wait()
+        dones = terminations | truncations
+        out: list[dict[str, Any]] = infos  # type: ignore[assignment]  # info_format="list"
+        for i in np.flatnonzero(dones).tolist():
+            # The core's same-step dict: the reset's info plus the episode's final obs and
+            # info. SB3 wants the final info (with terminal_observation) in infos and the
+            # reset's info in reset_infos.
+            merged = out[i]
+            final_obs = merged.pop("final_obs")
+            final_info = merged.pop("final_info")
+            self.reset_infos[i] = merged
+            final_info["TimeLimit.truncated"] = bool(truncations[i] and not terminations[i])
+            final_info["terminal_observation"] = final_obs
+            out[i] = final_info
+        for i in np.flatnonzero(~dones).tolist():
+            out[i]["TimeLimit.truncated"] = False
+        return obs, rewards.astype(np.float32), dones, out
+
+    def close(self) -> None:
+        self.vector_env.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.vector_env.closed)
+
+    # --- per-env access ---------------------------------------------------------------------
+
+    def _indices(self, indices: VecEnvIndices) -> list[int]:
+        n = self.num_envs
+        if indices is None:
+            return list(range(n))
+        raw = [indices] if isinstance(indices, (int, np.integer)) else list(indices)
+        out = []
+        for i in raw:
+            if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+                raise TypeError(f"env indices must be ints, got {i!r}")
+            if not -n <= i < n:
+                raise IndexError(f"env index {i} out of range for {n} envs")
+            out.append(int(i) % n)
+        return out
+
+    def _run(self, op: Op, indices: VecEnvIndices, *args: Any) -> list[Any]:
+        """Run ``op`` on the envs in ``indices`` (in that order, repeats included)."""
+        targets = self._indices(indices)
+        if not targets:
+            return []
+        counts = None if indices is None else dict(Counter(targets))
+        per_env = self.vector_env.call(OPS_ATTR, op, counts, cloudpickle.dumps(args))
+        pending = {i: iter(per_env[i]) for i in set(targets)}
+        return [next(pending[i]) for i in targets]
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """The attribute of each env in ``indices`` (through wrappers)."""
+        return self._run(Op.GET_ATTR, indices, attr_name)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """Set ``attr_name = value`` on each env in ``indices`` (on the outermost wrapper, as
+        SB3 does; each env gets its own copy of ``value``)."""
+        self._run(Op.SET_ATTR, indices, attr_name, value)
+
+    def env_method(
+        self,
+        method_name: str,
+        *method_args: Any,
+        indices: VecEnvIndices = None,
+        **method_kwargs: Any,
+    ) -> list[Any]:
+        """Call ``method_name`` of each env in ``indices``; one result per index."""
+        return self._run(Op.ENV_METHOD, indices, method_name, method_args, method_kwargs)
+
+    def has_attr(self, attr_name: str) -> bool:
+        """Whether every env has ``attr_name`` (nothing is pickled but the answer)."""
+        return all(self._run(Op.HAS_ATTR, None, attr_name))
+
+    def env_is_wrapped(
+        self, wrapper_class: type[gym.Wrapper[Any, Any, Any, Any]], indices: VecEnvIndices = None
+    ) -> list[bool]:
+        """Whether each env in ``indices`` has a ``wrapper_class`` layer (subclasses count)."""
+        return self._run(Op.IS_WRAPPED, indices, class_path(wrapper_class))
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        """Each env's ``render()`` frame (needs ``render_mode="rgb_array"``)."""
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is "
+                "`rgb_array` to obtain images.",
+                stacklevel=2,
+            )
+            return [None for _ in range(self.num_envs)]
+        return list(self.vector_env.call("render"))
+
+    def __repr__(self) -> str:
+        return f"subvec.sb3.SubprocVecEnv({self.vector_env!r})"
+
+
+def _group_options(options: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], list[int]]]:
+    """Envs grouped by equal options, in order of first appearance."""
+    groups: list[tuple[dict[str, Any], list[int]]] = []
+    for i, opts in enumerate(options):
+        for known, members in groups:
+            if known is opts or _equal(known, opts):
+                members.append(i)
+                break
+        else:
+            groups.append((opts, [i]))
+    return groups
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # arrays inside options: ambiguous truth value; keep them apart
+        return False
+
+
+def make_vec_env(
+    env_id: str | Callable[..., gym.Env[Any, Any]],
+    n_envs: int = 1,
+    seed: int | None = None,
+    start_index: int = 0,
+    monitor_dir: str | None = None,
+    wrapper_class: Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    vec_env_kwargs: dict[str, Any] | None = None,
+    monitor_kwargs: dict[str, Any] | None = None,
+    wrapper_kwargs: dict[str, Any] | None = None,
+    *,
+    start_method: str | None = None,
+    **subvec_kwargs: Any,
+) -> VecEnv:
+    """SB3's ``make_vec_env`` (Monitor, seeding, wrapper) with :class:`SubprocVecEnv`.
+
+    The same as ``stable_baselines3.common.env_util.make_vec_env(...,
+    vec_env_cls=SubprocVecEnv)``; subvec's options may be given directly as keyword
+    arguments or in ``vec_env_kwargs``.
+    """
+    kwargs = dict(vec_env_kwargs or {})
+    both = sorted(set(kwargs) & set(subvec_kwargs))
+    if both:
+        raise TypeError(f"{both} given both in vec_env_kwargs and as keyword arguments")
+    kwargs.update(subvec_kwargs)
+    if start_method is not None:
+        kwargs["start_method"] = start_method
+    check_kwargs(
+        kwargs,
+        ("start_method", *SUBVEC_KWARGS),
+        "subvec.sb3.make_vec_env()",
+        hints=_FIXED,
+    )
+    vec_env: VecEnv = _sb3_make_vec_env(
+        env_id,
+        n_envs=n_envs,
+        seed=seed,
+        start_index=start_index,
+        monitor_dir=monitor_dir,
+        wrapper_class=wrapper_class,
+        env_kwargs=env_kwargs,
+        vec_env_cls=SubprocVecEnv,  # type: ignore[arg-type]  # SB3 annotates its two classes
+        vec_env_kwargs=kwargs,
+        monitor_kwargs=monitor_kwargs,
+        wrapper_kwargs=wrapper_kwargs,
+    )
+    return vec_env

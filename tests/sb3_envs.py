@@ -1,0 +1,75 @@
+"""Env factories for the SB3 and factory tests.
+
+Kept apart from the test modules on purpose: workers import this module to unpickle the
+factories, and it must not pull Stable-Baselines3 or torch into them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from tests.envs import ZooEnv
+
+#: A flat Dict observation space as SB3's MultiInputPolicy takes it (no nesting).
+DICT_SPACE = spaces.Dict(
+    {
+        "pos": spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32),
+        "grid": spaces.Box(0, 9, shape=(2, 2), dtype=np.uint8),
+        "flag": spaces.Discrete(2),
+    }
+)
+#: Dict of Boxes only, as VecNormalize and VecFrameStack take it.
+BOX_DICT_SPACE = spaces.Dict(
+    {
+        "pos": spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32),
+        "vel": spaces.Box(-5.0, 5.0, shape=(2,), dtype=np.float64),
+    }
+)
+#: What SB3 calls an image: uint8, channels last, bounds 0..255.
+IMAGE_SPACE = spaces.Box(0, 255, shape=(12, 10, 3), dtype=np.uint8)
+
+
+def dict_env(max_steps: int = 9) -> gym.Env[Any, Any]:
+    return ZooEnv(DICT_SPACE, spaces.Discrete(3), max_steps=max_steps)
+
+
+def box_dict_env(max_steps: int = 9) -> gym.Env[Any, Any]:
+    return ZooEnv(BOX_DICT_SPACE, spaces.Discrete(3), max_steps=max_steps)
+
+
+def image_env(render_mode: str | None = None) -> gym.Env[Any, Any]:
+    return ZooEnv(IMAGE_SPACE, spaces.Discrete(3), max_steps=11, render_mode=render_mode)
+
+
+def box_env(max_steps: int = 8) -> gym.Env[Any, Any]:
+    """Box observations and continuous actions (for SAC)."""
+    return ZooEnv(
+        spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32),
+        spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+        max_steps=max_steps,
+    )
+
+
+def zoo_env(max_steps: int = 7, render_mode: str | None = None) -> gym.Env[Any, Any]:
+    return ZooEnv(max_steps=max_steps, render_mode=render_mode)
+
+
+class FrozenEnv(ZooEnv):
+    """Refuses attributes it did not set itself (as a frozen or ``__slots__`` class would)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_subvec"):
+            raise AttributeError(f"{type(self).__name__} takes no new attribute {name!r}")
+        super().__setattr__(name, value)
+
+
+class Marker(gym.Wrapper[Any, Any, Any, Any]):
+    """A wrapper the tests look for with ``env_is_wrapped``."""
+
+
+def marked_zoo() -> gym.Env[Any, Any]:
+    return Marker(ZooEnv())
