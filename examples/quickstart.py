@@ -26,7 +26,8 @@ def main() -> None:
     envs = subvec.SubprocVectorEnv(fns)
     obs, infos = envs.reset(seed=0)
     obs, rew, term, trunc, infos = envs.step(envs.action_space.sample())
-    print(envs, "obs batch", obs.shape)
+    print(envs)
+    print("obs", obs.shape, "rewards", rew, "done", term | trunc, "infos", infos)
     ours = steps_per_second(envs)
     envs.close()
 

@@ -55,6 +55,7 @@ from subvec._shm import BlockLayout, SharedBlock
 from subvec._topology import PlacementReport, plan_placement
 from subvec._worker import AttachSpec, WorkerHello
 from subvec.errors import BrokenVectorEnvError, add_note
+from subvec.proxy import RemoteProxy
 
 __all__ = ["SubprocVectorEnv"]
 
@@ -750,6 +751,17 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         if error is not None:
             self.closed = True
             raise error
+
+    @property
+    def remote(self) -> RemoteProxy:
+        """Attribute-style calls: ``envs.remote.get_t(1)`` is ``envs.call("get_t", 1)``."""
+        return RemoteProxy(self)
+
+    def __enter__(self) -> SubprocVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @property
     def placement(self) -> tuple[PlacementReport, ...]:

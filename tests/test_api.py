@@ -132,3 +132,12 @@ def test_import_subvec_does_not_import_torch_sb3_or_multiprocessing_in_core() ->
     assert not {
         m for m in imported if m.startswith(("multiprocessing", "subvec._pool", "subvec._worker"))
     }
+
+
+@pytest.mark.timeout(60)
+def test_remote_proxy_property_and_context_manager() -> None:
+    with SubprocVectorEnv([make_zoo("box_f32")] * 3, num_workers=2) as envs:
+        envs.reset(seed=0)
+        assert envs.remote.get_t(4) == (4, 4, 4)
+        assert envs.remote.max_steps() == (7, 7, 7)
+    assert envs.closed
