@@ -145,6 +145,13 @@ class SubprocVecEnv(VecEnv):
             # info. SB3 wants the final info (with terminal_observation) in infos and the
             # reset's info in reset_infos.
             merged = out[i]
+            if "final_obs" not in merged:
+                # on_worker_failure="restart" replaced this env's worker: the episode was cut
+                # short and there is no final observation to bootstrap from.
+                merged.pop("worker_restarted", None)
+                self.reset_infos[i] = merged
+                out[i] = {"TimeLimit.truncated": True, "worker_restarted": True}
+                continue
             final_obs = merged.pop("final_obs")
             final_info = merged.pop("final_info")
             self.reset_infos[i] = merged

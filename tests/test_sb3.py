@@ -500,3 +500,25 @@ def test_ppo_learns_cartpole() -> None:
         assert after > before + 50, (before, after)
     finally:
         env.close()
+
+
+@pytest.mark.timeout(60)
+def test_restarted_worker_reads_as_a_truncation_without_terminal_observation() -> None:
+    from tests.envs import crash_fns
+
+    vec_env = SubprocVecEnv(
+        crash_fns(4, 3, "kill", at_step=2), num_workers=2, on_worker_failure="restart"
+    )
+    try:
+        vec_env.reset()
+        actions = np.zeros(4, dtype=np.int64)
+        vec_env.step(actions)
+        _, rewards, dones, infos = vec_env.step(actions)
+        assert list(dones) == [False, False, True, True]
+        assert rewards.dtype == np.float32 and rewards[3] == 0.0
+        assert infos[3] == {"TimeLimit.truncated": True, "worker_restarted": True}
+        assert "terminal_observation" not in infos[3]
+        assert "worker_restarted" not in vec_env.reset_infos[3]
+        vec_env.step(actions)
+    finally:
+        vec_env.close()
