@@ -79,10 +79,11 @@ def loads(data: bytes | memoryview) -> Any:
 def write_frame(fd: int, code: int, seq: int, payload: bytes = b"") -> None:
     """Write one frame. One writer per pipe, so frames never interleave."""
     data = HEADER.pack(len(payload), code, seq) + payload if payload else HEADER.pack(0, code, seq)
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    written = os.write(fd, data)
+    if written < len(data):  # only for frames beyond the pipe's capacity (PIPE_BUF and up)
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _read_exact(fd: int, size: int) -> bytes:

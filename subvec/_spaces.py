@@ -231,7 +231,23 @@ def batch_setter(space: spaces.Space[Any], batch: Any, num_envs: int) -> Callabl
         for dst, arr in zip(arrays, values):
             np.copyto(dst, arr, casting="same_kind")
 
-    return store
+    if len(arrays) != 1 or leaves[0].path:
+        return store
+    # The common case (one Box/Discrete/... leaf): an ndarray of exactly the right shape and
+    # dtype is copied straight in; anything else takes the checked path.
+    target = arrays[0]
+
+    def store_exact(actions: Any) -> None:
+        if (
+            type(actions) is np.ndarray
+            and actions.shape == target.shape
+            and actions.dtype == target.dtype
+        ):
+            np.copyto(target, actions)
+        else:
+            store(actions)
+
+    return store_exact
 
 
 def _flatten(space: spaces.Space[Any], batch: Any) -> Iterator[np.ndarray]:
