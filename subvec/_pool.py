@@ -152,6 +152,8 @@ class WorkerPool:
         self.placements = placements
         self.daemon = daemon
         self.resources = PoolResources()
+        #: seconds to busy-poll for replies before blocking (0: block at once)
+        self.spin_s = 0.0
 
     @property
     def workers(self) -> list[Worker]:
@@ -194,11 +196,10 @@ class WorkerPool:
         worker = Worker(index, lo, hi, process, cmd_w, reply_r, expected=0)
         return worker
 
-    def start(self, timeout: float | None) -> None:
-        """Start every worker and wait for its READY handshake; raise the first failure."""
+    def spawn_all(self) -> None:
+        """Start every worker; ``handshake`` then waits until each has built its envs."""
         for index in range(len(self.bounds)):
             self.workers.append(self.spawn(index))
-        self.handshake(self.workers, timeout)
 
     def handshake(self, workers: Sequence[Worker], timeout: float | None) -> None:
         replies, failures = self.gather(workers, timeout, "building the envs")
@@ -241,8 +242,17 @@ class WorkerPool:
             for fd, is_reply in ((w.reply_conn.fileno(), True), (w.process.sentinel, False)):
                 by_fd[fd] = (w, is_reply)
                 poller.register(fd, select.POLLIN)
+        # Busy-poll first (bounded) when the pool was told cores are free for it: blocking
+        # costs a sleep and a wake-up, which on a VM can exceed a cheap env's whole step.
+        spin_until = time.perf_counter() + self.spin_s if self.spin_s else 0.0
         while pending:
-            if deadline is None:
+            if spin_until:
+                events = poller.poll(0)
+                if not events:
+                    if time.perf_counter() >= spin_until:
+                        spin_until = 0.0
+                    continue
+            elif deadline is None:
                 events = poller.poll()
             else:
                 remaining = deadline - time.monotonic()

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -59,6 +61,7 @@ class AttachSpec:
     num_envs: int
     observation_space: Any  # single space; None when observations travel by value
     action_space: Any  # single space; None when actions travel by value
+    spin_us: float = 0.0  # busy-poll for the next command this long before blocking
 
 
 _COMMAND_NAMES = {
@@ -142,10 +145,22 @@ class _Server:
         self.cmd_fd = cmd_fd
         self.reply_fd = reply_fd
         self.block: SharedBlock | None = None
+        self.spin_s = 0.0
+
+    def _spin_for_command(self, poller: select.poll) -> None:
+        """Busy-poll the command pipe for up to ``spin_s``: when the parent answers within that
+        window we skip a sleep and a wake-up. The blocking read that follows takes over."""
+        deadline = time.perf_counter() + self.spin_s
+        while not poller.poll(0) and time.perf_counter() < deadline:
+            pass
 
     def serve(self) -> None:
+        poller = select.poll()
+        poller.register(self.cmd_fd, select.POLLIN)
         try:
             while True:
+                if self.spin_s:
+                    self._spin_for_command(poller)
                 try:
                     code, seq, payload = proto.read_frame(self.cmd_fd)
                 except EOFError:
@@ -206,6 +221,7 @@ class _Server:
     def attach(self, spec: AttachSpec) -> None:
         block = SharedBlock.attach(spec.block_name, spec.layout)
         self.block = block
+        self.spin_s = spec.spin_us * 1e-6
         lo, hi = self.slab.first_index, self.slab.first_index + len(self.slab.envs)
         views = block.views
         write_obs = read_action = None

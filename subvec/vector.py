@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import multiprocessing
+import os
 import sys
 import time
 import weakref
@@ -48,12 +49,13 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec import _protocol as proto
 from subvec import _spaces
+from subvec._core import EnvSlab, SlabArrays, SlabResult
 from subvec._pool import Failure, Reply, Worker, WorkerPool, raise_env_errors, release, usable_cpus
-from subvec._protocol import Command, Status
+from subvec._protocol import Command, ErrorRecord, Status
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._shm import BlockLayout, SharedBlock
 from subvec._topology import PlacementReport, plan_placement
-from subvec._worker import AttachSpec, WorkerHello
+from subvec._worker import AttachSpec
 from subvec.errors import BrokenVectorEnvError, add_note
 from subvec.proxy import RemoteProxy
 
@@ -65,6 +67,11 @@ DEFAULT_CLOSE_TIMEOUT = 10.0
 BROKEN_CLOSE_TIMEOUT = 2.0
 #: Restarts allowed over the life of a vector env with on_worker_failure="restart".
 DEFAULT_MAX_RESTARTS = 100
+#: Busy-poll window (microseconds) before blocking, used by processes that own a CPU. On the
+#: 2-vCPU VM a blocking wake-up costs tens of microseconds, more than a cheap env's step; the
+#: window must outlast the other side's turn (the parent's own envs with parent_envs), and
+#: 50 us measured too short there while 100-1000 us all helped (docs/benchmarks.md).
+DEFAULT_SPIN_US = 300.0
 
 
 class _State(enum.Enum):
@@ -161,6 +168,13 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             reset, and the step reports them truncated with ``infos["worker_restarted"]``. Hangs
             are only detected with a ``timeout``.
         max_restarts: the most restarts over the env's life before failures raise again.
+        parent_envs: how many envs (the last ones) the parent steps itself, in-process, while
+            the workers step theirs. Uses the parent's CPU instead of leaving it idle: fastest
+            for cheap envs (CartPole x 16: ~2.5x), but those envs lose process isolation (a
+            segfault or hang in one of them takes the parent with it). Default 0.
+        spin_us: busy-poll window before blocking, for the next command (workers) and for
+            replies (parent). Default: 300 us for each process that has a CPU of its own,
+            0 otherwise; 0 disables.
     """
 
     def __init__(
@@ -182,6 +196,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         start_timeout: float | None = None,
         on_worker_failure: str = "raise",
         max_restarts: int = DEFAULT_MAX_RESTARTS,
+        parent_envs: int = 0,
+        spin_us: float | None = None,
     ) -> None:
         super().__init__()
         self._state = _State.IDLE
@@ -219,8 +235,17 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self.daemon = bool(daemon)
         self.observation_mode = observation_mode
         self.default_timeout = timeout
+        if not isinstance(parent_envs, (int, np.integer)) or not 0 <= parent_envs < self.num_envs:
+            raise ValueError(
+                f"parent_envs must be an int in [0, num_envs - 1] = [0, {self.num_envs - 1}] "
+                f"(at least one env runs in a worker), got {parent_envs!r}"
+            )
+        self.parent_envs = int(parent_envs)
+        self._local: EnvSlab | None = None
+        self._local_pending: Callable[[], Any] | None = None
 
         self.num_workers = self._resolve_workers(num_workers, envs_per_worker)
+        self.spin_us, self._parent_spin_us = self._resolve_spin(spin_us)
         blobs = self._pickle_factories()
         ctx = self._resolve_context(context)
         self.context = ctx.get_start_method()
@@ -229,7 +254,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._pool = WorkerPool(
             ctx,
             blobs,
-            _split(self.num_envs, self.num_workers),
+            _split(self.num_envs - self.parent_envs, self.num_workers),
             self.autoreset_mode.value,
             placements,
             self.daemon,
@@ -237,9 +262,13 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._finalizer = weakref.finalize(self, release, self._pool.resources)
         # The tracker must run before any worker exists so that all share it (see _shm).
         resource_tracker.ensure_running()
+        self._pool.spin_s = self._parent_spin_us * 1e-6
         try:
-            self._pool.start(start_timeout)
+            self._pool.spawn_all()
+            self._build_local_envs()  # while the workers build theirs
+            self._pool.handshake(self._pool.workers, start_timeout)
         except BaseException:
+            self._close_local()
             self._finalizer()
             raise
         workers = self._pool.workers
@@ -248,8 +277,17 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self.metadata = dict(first.metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first.render_mode
-        self._setup_spaces([w.hello for w in workers if w.hello is not None])
-        self._setup_block()
+        obs_spaces = [sp for w in workers if w.hello for sp in w.hello.observation_spaces]
+        act_spaces = [sp for w in workers if w.hello for sp in w.hello.action_spaces]
+        if self._local is not None:
+            obs_spaces += [env.observation_space for env in self._local.envs]
+            act_spaces += [env.action_space for env in self._local.envs]
+        try:
+            self._setup_spaces(obs_spaces, act_spaces)
+            self._setup_block()
+        except BaseException:
+            self._close_local()
+            raise
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
         self._restarted = np.zeros(self.num_envs, dtype=np.bool_)
         self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
@@ -258,7 +296,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     # --- construction -----------------------------------------------------------------------
 
     def _resolve_workers(self, num_workers: int | None, envs_per_worker: int | None) -> int:
-        n = self.num_envs
+        n = self.num_envs - self.parent_envs
         if num_workers is not None and envs_per_worker is not None:
             raise ValueError(
                 "give num_workers or envs_per_worker, not both "
@@ -276,13 +314,61 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             if not isinstance(envs_per_worker, (int, np.integer)) or envs_per_worker < 1:
                 raise ValueError(f"envs_per_worker must be a positive int, got {envs_per_worker!r}")
             return -(-n // int(envs_per_worker))
-        return max(1, min(n, usable_cpus()))
+        # The parent stepping envs itself is a process at work too: leave it a CPU.
+        return max(1, min(n, usable_cpus() - (1 if self.parent_envs else 0)))
+
+    def _resolve_spin(self, spin_us: float | None) -> tuple[float, float]:
+        """(worker spin, parent spin) in microseconds.
+
+        A worker busy-polls for its next command only when every worker has a CPU of its own;
+        the parent busy-polls for replies only when the parent has one too. A spinner that
+        shares its CPU steals time from a process at work; one that owns its CPU spares a
+        sleep and a wake-up, which on a VM costs more than a cheap env's step.
+        """
+        if spin_us is not None:
+            if spin_us < 0:
+                raise ValueError(f"spin_us must be >= 0 (0 disables spinning), got {spin_us!r}")
+            return float(spin_us), float(spin_us)
+        cpus = usable_cpus()
+        worker = DEFAULT_SPIN_US if self.num_workers <= cpus else 0.0
+        parent = DEFAULT_SPIN_US if self.num_workers + 1 <= cpus else 0.0
+        return worker, parent
+
+    def _build_local_envs(self) -> None:
+        if not self.parent_envs:
+            return
+        first = self.num_envs - self.parent_envs
+        envs: list[Env[Any, Any]] = []
+        try:
+            for fn in self.env_fns[first:]:
+                envs.append(fn())
+        except Exception as exc:
+            for env in envs:
+                env.close()
+            record = ErrorRecord.capture(exc, first + len(envs), "make")
+            raise proto.rebuild_remote_error(record, os.getpid()) from None
+        self._local = EnvSlab(envs, first, self.autoreset_mode)
+
+    def _close_local(self) -> BaseException | None:
+        slab, self._local = self._local, None
+        if slab is None:
+            return None
+        # Unbind its rows of the block: a traceback may keep the slab alive after close.
+        slab.arrays = None
+        try:
+            slab.close()
+        except Exception as exc:
+            record = ErrorRecord.capture(exc, slab.current_env, "close")
+            return proto.rebuild_remote_error(record, os.getpid())
+        return None
 
     def _pickle_factories(self) -> list[bytes]:
         blobs = []
         for i, fn in enumerate(self.env_fns):
             if not callable(fn):
                 raise TypeError(f"env_fns[{i}] must be a callable returning an env, got {fn!r}")
+            if i >= self.num_envs - self.parent_envs:
+                continue  # built here in the parent: never pickled
             try:
                 blobs.append(cloudpickle.dumps(fn))
             except Exception as exc:
@@ -305,9 +391,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             ctx.set_forkserver_preload(["numpy", "gymnasium", "subvec._worker"])
         return ctx
 
-    def _setup_spaces(self, hellos: list[WorkerHello]) -> None:
-        obs_spaces = [s for h in hellos for s in h.observation_spaces]
-        act_spaces = [s for h in hellos for s in h.action_spaces]
+    def _setup_spaces(self, obs_spaces: list[Space[Any]], act_spaces: list[Space[Any]]) -> None:
         self.single_action_space = act_spaces[0]
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         mode = self.observation_mode
@@ -374,6 +458,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 num_envs=n,
                 observation_space=obs_space if self._obs_shared else None,
                 action_space=act_space if self._act_shared else None,
+                spin_us=self.spin_us,
             )
             self._attach_payload = cloudpickle.dumps(spec)
             workers = self._pool.workers
@@ -400,6 +485,34 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             self._observations = _spaces.build_views(obs_space, iter(obs_leaves))
         else:
             self._observations = create_empty_array(obs_space, n=n, fn=np.zeros)
+        if self._local is not None:
+            self._bind_local(views)
+
+    def _bind_local(self, views: dict[str, np.ndarray]) -> None:
+        """Give the parent's own envs their rows of the block, as a worker's are given."""
+        slab = self._local
+        assert slab is not None
+        lo = slab.first_index
+        obs_space, act_space = self.single_observation_space, self.single_action_space
+        write_obs = read_action = None
+        if self._obs_shared:
+            leaves = [views[f"obs{k}"][lo:] for k in range(len(_spaces.leaf_specs(obs_space)))]
+            rows = _spaces.build_views(obs_space, iter(leaves))
+            write_obs = _spaces.row_writer(obs_space, rows, env_offset=lo)
+        if self._act_shared:
+            leaves = [views[f"act{k}"][lo:] for k in range(len(_spaces.leaf_specs(act_space)))]
+            read_action = _spaces.row_reader(
+                act_space, _spaces.build_views(act_space, iter(leaves))
+            )
+        slab.bind(
+            SlabArrays(
+                rewards=views["rewards"][lo:],
+                terminations=views["terminations"][lo:],
+                truncations=views["truncations"][lo:],
+                write_obs=write_obs,
+                read_action=read_action,
+            )
+        )
 
     # --- state checks -----------------------------------------------------------------------
 
@@ -435,8 +548,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             payload = payloads if isinstance(payloads, bytes) else payloads(worker)
             self._pool.send(worker, command, payload)
 
-    def _collect(self, state: _State, timeout: float | None) -> list[Reply]:
-        """Gather the replies of the pending call from every worker, in worker order.
+    def _collect(self, state: _State, timeout: float | None) -> list[tuple[int, Any]]:
+        """Run the parent's own share of the pending call (if any), gather the workers'
+        replies, and return ``(first env index, decoded payload or None)`` in env order.
 
         Failures: with on_worker_failure="raise", a death breaks the env and a timeout returns
         it to idle (late replies are dropped by seq); both raise. With "restart", each failed
@@ -446,7 +560,10 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             timeout = self.default_timeout
         workers = list(self._pool.workers)
         restart = self.on_worker_failure == "restart" and len(self.restarts) < self.max_restarts
+        local, self._local_pending = self._local_pending, None
         try:
+            # The parent's envs run while the workers run theirs; then we wait for them.
+            local_part = self._run_local(local, state) if local is not None else None
             replies, failures = self._pool.gather(
                 workers, timeout, f"waiting for {state.value}", stop_at_death=not restart
             )
@@ -461,8 +578,37 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 self._fail(failures, timeout)
         self._state = _State.IDLE
         ordered = [replies[w.index] for w in self._pool.workers]
-        raise_env_errors(self._pool.workers, ordered)
-        return ordered
+        local_error = local_part[1] if local_part is not None else None
+        try:
+            raise_env_errors(self._pool.workers, ordered)
+        except BaseException as worker_error:
+            if isinstance(local_error, BaseException):
+                index = getattr(local_error, "env_index", "?")
+                add_note(worker_error, f"env {index} also failed: {local_error!r}")
+            raise
+        if isinstance(local_error, BaseException):
+            raise local_error
+        parts = [
+            (w.lo, proto.loads(payload) if status is Status.OK_PAYLOAD else None)
+            for w, (status, payload) in zip(self._pool.workers, ordered)
+        ]
+        if local_part is not None:
+            parts.append(local_part)
+        return parts
+
+    def _run_local(self, command: Callable[[], Any], state: _State) -> tuple[int, Any]:
+        """Run the parent's share; an env's exception becomes the same EnvError a worker's
+        would (type kept, env index, this pid, traceback as cause), raised after the gather."""
+        slab = self._local
+        assert slab is not None
+        try:
+            result = command()
+        except Exception as exc:
+            record = ErrorRecord.capture(exc, slab.current_env, state.value)
+            return slab.first_index, proto.rebuild_remote_error(record, os.getpid())
+        if isinstance(result, SlabResult):
+            return slab.first_index, None if result.is_empty() else (result.infos, result.obs)
+        return slab.first_index, result
 
     def _fail(self, failures: list[Failure], timeout: float | None) -> None:
         first = failures[0]
@@ -541,6 +687,12 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
 
         self._restarted[:] = False
         self._broadcast(Command.RESET, payload)
+        slab = self._local
+        if slab is not None:
+            lo = slab.first_index
+            local_mask = None if mask is None else [bool(m) for m in mask[lo:]]
+            if local_mask is None or any(local_mask):
+                self._local_pending = lambda: slab.reset(seeds[lo:], env_options, local_mask)
         self._state = _State.WAITING_RESET
 
     def _check_reset_mask(self, reset_mask: Any) -> np.ndarray:
@@ -566,7 +718,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         self._finish(_State.WAITING_RESET, "reset_wait")
-        replies = self._collect(_State.WAITING_RESET, timeout)
+        parts = self._collect(_State.WAITING_RESET, timeout)
         assert self._reset_request is not None
         _, mask = self._reset_request
         self._reset_request = None
@@ -574,7 +726,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             self._needs_reset[:] = False
         else:
             self._needs_reset[mask] = False
-        return self._observations_out(replies), self._merge_infos(replies)
+        return self._observations_out(parts), self._merge_infos(parts)
 
     # --- step -------------------------------------------------------------------------------
 
@@ -597,6 +749,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             # Validates every leaf before writing any, so a rejected batch changes nothing.
             self._store_actions(actions)
             self._broadcast(Command.STEP, b"")
+            if self._local is not None:
+                self._local_pending = self._local.step
         else:
             per_env = list(iterate(self.action_space, actions))
             if len(per_env) != self.num_envs:
@@ -604,20 +758,23 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                     f"expected {self.num_envs} actions, one per env, got {len(per_env)}"
                 )
             self._broadcast(Command.STEP, lambda w: proto.dumps(per_env[w.lo : w.hi]))
+            slab = self._local
+            if slab is not None:
+                self._local_pending = lambda: slab.step(per_env[slab.first_index :])
         self._state = _State.WAITING_STEP
 
     def step_wait(
         self, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         self._finish(_State.WAITING_STEP, "step_wait")
-        replies = self._collect(_State.WAITING_STEP, timeout)
+        parts = self._collect(_State.WAITING_STEP, timeout)
         if self._restarted.any():
             # Their episodes were cut short by the restart: truncated, with no reward.
             self._rewards[self._restarted] = 0.0
             self._terminations[self._restarted] = False
             self._truncations[self._restarted] = True
-        obs = self._observations_out(replies)
-        infos = self._merge_infos(replies)
+        obs = self._observations_out(parts)
+        infos = self._merge_infos(parts)
         np.logical_or(self._terminations, self._truncations, out=self._needs_reset)
         return (
             obs,
@@ -629,43 +786,41 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
 
     # --- results ----------------------------------------------------------------------------
 
-    def _observations_out(self, replies: Sequence[tuple[Status, bytes]]) -> Any:
+    def _observations_out(self, parts: Sequence[tuple[int, Any]]) -> Any:
         if not self._obs_shared:
-            for worker, (status, payload) in zip(self._pool.workers, replies):
-                if status is Status.OK_PAYLOAD:
-                    _, obs = proto.loads(payload)
-                    for local, value in obs or ():
-                        self._env_obs[worker.lo + local] = value
+            for lo, data in parts:
+                if data is not None:
+                    for local, value in data[1] or ():
+                        self._env_obs[lo + local] = value
             self._observations = concatenate(
                 self.single_observation_space, self._env_obs, self._observations
             )
             return deepcopy(self._observations) if self.copy else self._observations
         return _copy_nest(self._observations) if self.copy else self._observations
 
-    def _merge_infos(self, replies: Sequence[Reply]) -> Any:
-        """Merge the workers' info events in env order, as SyncVectorEnv would."""
+    def _merge_infos(self, parts: Sequence[tuple[int, Any]]) -> Any:
+        """Merge the info events in env order, as SyncVectorEnv would."""
         restarted = np.flatnonzero(self._restarted).tolist() if self._restarted.any() else []
         if self.info_format == "list":
             per_env: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-            for worker, (status, payload) in zip(self._pool.workers, replies):
-                if status is Status.OK_PAYLOAD:
-                    for local, info in proto.loads(payload)[0]:
-                        per_env[worker.lo + local].update(info)
+            for lo, data in parts:
+                for local, info in data[0] if data is not None else ():
+                    per_env[lo + local].update(info)
             for i in restarted:
                 per_env[i]["worker_restarted"] = True
             return per_env
         infos: dict[str, Any] = {}
         legacy = self.info_format == "legacy"
-        for worker, (status, payload) in zip(self._pool.workers, replies):
-            if status is not Status.OK_PAYLOAD:
+        for lo, data in parts:
+            if data is None:
                 continue
-            events, _ = proto.loads(payload)
+            events = data[0]
             if legacy:
-                for env_index, info in _legacy_events(events, worker.lo):
+                for env_index, info in _legacy_events(events, lo):
                     infos = _add_info_legacy(infos, info, env_index, self.num_envs)
             else:
                 for local, info in events:
-                    infos = self._add_info(infos, info, worker.lo + local)
+                    infos = self._add_info(infos, info, lo + local)
         for i in restarted:
             if legacy:
                 infos = _add_info_legacy(infos, {"worker_restarted": True}, i, self.num_envs)
@@ -678,14 +833,16 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         self._begin(_State.WAITING_CALL)
         self._broadcast(Command.CALL, cloudpickle.dumps((name, args, kwargs)))
+        slab = self._local
+        if slab is not None:
+            self._local_pending = lambda: slab.call(name, args, kwargs)
         self._state = _State.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         self._finish(_State.WAITING_CALL, "call_wait")
-        replies = self._collect(_State.WAITING_CALL, timeout)
         results: list[Any] = []
-        for _, payload in replies:
-            results.extend(proto.loads(payload))
+        for _, data in self._collect(_State.WAITING_CALL, timeout):
+            results.extend(data)
         return tuple(results)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
@@ -709,6 +866,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             )
         per_env = list(values)
         self._broadcast(Command.SET_ATTR, lambda w: cloudpickle.dumps((name, per_env[w.lo : w.hi])))
+        slab = self._local
+        if slab is not None:
+            self._local_pending = lambda: slab.set_attr(name, per_env[slab.first_index :])
         self._state = _State.WAITING_CALL
         self._collect(_State.WAITING_CALL, None)
 
@@ -744,8 +904,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             # A worker already died; the rest may be stuck mid-step. Give them a short grace
             # to close their envs, not the full default: the user is waiting on a crash.
             bound = BROKEN_CLOSE_TIMEOUT
+        local_error = self._close_local()
         self._drop_views()
-        error = pool.close(bound, terminate)
+        error = pool.close(bound, terminate) or local_error
         self._state = _State.IDLE
         self._finalizer()
         if error is not None:

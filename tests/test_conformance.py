@@ -252,3 +252,29 @@ def test_impossible_observation_cast_fails_like_sync() -> None:
             envs.reset(seed=0)
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("space_name", ["dict_nest", "box_scalar", "text"])
+def test_parent_envs_and_spinning_match_sync(space_name: str, mode: AutoresetMode) -> None:
+    # The parent steps the last two envs itself while one busy-polling worker steps the rest.
+    fns = [make_zoo(space_name) for _ in range(5)]
+    envs = run_side_by_side(fns, mode, num_workers=1, parent_envs=2, spin_us=200)
+    assert envs.parent_envs == 2 and envs.spin_us == 200
+
+
+@pytest.mark.timeout(60)
+def test_parent_envs_serve_calls_and_attributes() -> None:
+    envs = SubprocVectorEnv([make_zoo("box_f32")] * 4, parent_envs=2)
+    try:
+        assert envs.num_workers == 1  # the default leaves the parent a CPU of its own
+        assert envs.spin_us > 0  # one worker + the parent fit on two CPUs: busy-poll
+        envs.reset(seed=3)
+        envs.step(np.array([0, 1, 2, 0]))
+        assert envs.call("get_t", plus=1) == (2, 2, 2, 2)
+        envs.set_attr("marker", ["a", "b", "c", "d"])
+        assert envs.get_attr("marker") == ("a", "b", "c", "d")
+        assert len(envs.worker_pids) == 1
+    finally:
+        envs.close()

@@ -540,3 +540,25 @@ def test_state_misuse_raises_gymnasiums_errors() -> None:
             envs.call_wait()
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_parent_env_errors_look_like_worker_env_errors() -> None:
+    envs = SubprocVectorEnv(crash_fns(3, 2, "raise"), num_workers=1, parent_envs=1)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(KeyError) as info:
+            envs.step(envs.action_space.sample())
+        err = info.value
+        assert isinstance(err, EnvError) and err.env_index == 2 and err.worker_pid == os.getpid()
+        assert isinstance(err.__cause__, RemoteTraceback) and "_misbehave" in err.__cause__.text
+        envs.reset(seed=1)  # still usable
+    finally:
+        envs.close()
+
+    def broken() -> Any:
+        raise OSError(5, "no simulator here")
+
+    with pytest.raises(OSError) as info2:
+        SubprocVectorEnv([make_zoo("box_f32"), broken], parent_envs=1)
+    assert isinstance(info2.value, EnvError) and info2.value.env_index == 1
