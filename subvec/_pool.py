@@ -48,6 +48,12 @@ class Worker:
     seq: int = 0
     expected: int | None = None  # seq of the reply still awaited
     hello: WorkerHello | None = None
+    cmd_fd: int = -1  # the raw fds of the two pipes, read once (Connection.fileno() checks)
+    reply_fd: int = -1
+
+    def __post_init__(self) -> None:
+        self.cmd_fd = self.cmd_conn.fileno()
+        self.reply_fd = self.reply_conn.fileno()
 
     @property
     def envs(self) -> range:
@@ -100,7 +106,7 @@ def release(resources: PoolResources) -> None:
     for worker in workers:
         if worker.process.is_alive():
             try:
-                proto.write_frame(worker.cmd_conn.fileno(), Command.CLOSE, worker.seq + 1)
+                proto.write_frame(worker.cmd_fd, Command.CLOSE, worker.seq + 1)
             except (OSError, ValueError):
                 pass
     terminate(workers, grace=TERMINATE_GRACE)
@@ -173,7 +179,7 @@ class WorkerPool:
             # so it closes them, and a worker's death stays visible as EOF on its pipes.
             for other in self.workers:
                 if other.index != index:
-                    inherited += [other.cmd_conn.fileno(), other.reply_conn.fileno()]
+                    inherited += [other.cmd_fd, other.reply_fd]
         process = ctx.Process(  # type: ignore[attr-defined]
             target=worker_main,
             name=f"subvec-worker-{index}",
@@ -215,7 +221,7 @@ class WorkerPool:
         worker.seq += 1
         worker.expected = worker.seq
         try:
-            proto.write_frame(worker.cmd_conn.fileno(), command, worker.seq, payload)
+            proto.write_frame(worker.cmd_fd, command, worker.seq, payload)
         except OSError:
             pass  # EPIPE: the worker is gone; gather() learns how from its sentinel
 
@@ -239,7 +245,7 @@ class WorkerPool:
         poller = select.poll()
         by_fd: dict[int, tuple[Worker, bool]] = {}
         for w in workers:
-            for fd, is_reply in ((w.reply_conn.fileno(), True), (w.process.sentinel, False)):
+            for fd, is_reply in ((w.reply_fd, True), (w.process.sentinel, False)):
                 by_fd[fd] = (w, is_reply)
                 poller.register(fd, select.POLLIN)
         # Busy-poll first (bounded) when the pool was told cores are free for it: blocking
@@ -270,7 +276,7 @@ class WorkerPool:
                 if reply is _STALE:
                     continue
                 del pending[worker.index]
-                for fd_done in (worker.reply_conn.fileno(), worker.process.sentinel):
+                for fd_done in (worker.reply_fd, worker.process.sentinel):
                     poller.unregister(fd_done)
                 if reply is _DEAD:
                     failures.append(self._death(worker, what))
@@ -284,7 +290,7 @@ class WorkerPool:
 
     def _read(self, worker: Worker) -> Reply | object:
         try:
-            code, seq, payload = proto.read_frame(worker.reply_conn.fileno())
+            code, seq, payload = proto.read_frame(worker.reply_fd)
         except (EOFError, OSError):
             return _DEAD
         if seq != worker.expected:
@@ -293,7 +299,7 @@ class WorkerPool:
 
     def _drain(self, worker: Worker) -> Reply | object:
         """The sentinel fired; a reply written just before the exit may still be in the pipe."""
-        fd = worker.reply_conn.fileno()
+        fd = worker.reply_fd
         while select.select([fd], [], [], 0)[0]:
             reply = self._read(worker)
             if reply is not _STALE:

@@ -290,6 +290,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             raise
         self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
         self._restarted = np.zeros(self.num_envs, dtype=np.bool_)
+        self._any_restarted = False
         self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
         self._env_obs: list[Any] = [None] * self.num_envs
 
@@ -654,6 +655,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 self._fail(again, timeout)
             replies[worker.index] = got[worker.index]
             self._restarted[worker.lo : worker.hi] = True
+            self._any_restarted = True
         if state is _State.WAITING_CALL:
             self._state = _State.IDLE
             error = failures[0].to_error(timeout or 0.0)
@@ -685,7 +687,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             sub_mask = None if mask is None else [bool(m) for m in mask[worker.lo : worker.hi]]
             return proto.dumps((seeds[worker.lo : worker.hi], env_options, sub_mask))
 
-        self._restarted[:] = False
+        if self._any_restarted:
+            self._restarted[:] = False
+            self._any_restarted = False
         self._broadcast(Command.RESET, payload)
         slab = self._local
         if slab is not None:
@@ -744,7 +748,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: reset them "
                 "with reset(options={'reset_mask': mask}) before stepping again"
             )
-        self._restarted[:] = False
+        if self._any_restarted:
+            self._restarted[:] = False
+            self._any_restarted = False
         if self._store_actions is not None:
             # Validates every leaf before writing any, so a rejected batch changes nothing.
             self._store_actions(actions)
@@ -768,7 +774,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         self._finish(_State.WAITING_STEP, "step_wait")
         parts = self._collect(_State.WAITING_STEP, timeout)
-        if self._restarted.any():
+        if self._any_restarted:
             # Their episodes were cut short by the restart: truncated, with no reward.
             self._rewards[self._restarted] = 0.0
             self._terminations[self._restarted] = False
@@ -800,7 +806,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
 
     def _merge_infos(self, parts: Sequence[tuple[int, Any]]) -> Any:
         """Merge the info events in env order, as SyncVectorEnv would."""
-        restarted = np.flatnonzero(self._restarted).tolist() if self._restarted.any() else []
+        restarted = np.flatnonzero(self._restarted).tolist() if self._any_restarted else []
         if self.info_format == "list":
             per_env: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
             for lo, data in parts:
