@@ -275,6 +275,7 @@ ALL_IMPLS = (
     "subvec",
     "subvec_w1",
     "subvec_epw1",
+    "subvec_core",
     "sync",
     "async_shm",
     "async_pipe",
@@ -287,6 +288,7 @@ IMPL_LABELS = {
     "subvec": "subvec (defaults)",
     "subvec_w1": "subvec num_workers=1",
     "subvec_epw1": "subvec envs_per_worker=1",
+    "subvec_core": "subvec pin='core'",
     "sync": "gymnasium SyncVectorEnv",
     "async_shm": "gymnasium AsyncVectorEnv (shm)",
     "async_pipe": "gymnasium AsyncVectorEnv (pipes)",
@@ -310,6 +312,8 @@ def build_vector(impl: str, fns: list[Any]) -> tuple[Any, str]:
             kwargs["num_workers"] = 1
         elif impl == "subvec_epw1":
             kwargs["envs_per_worker"] = 1
+        elif impl == "subvec_core":
+            kwargs["pin"] = "core"
         elif impl.startswith("subvec_w"):
             kwargs["num_workers"] = int(impl[len("subvec_w") :])
         return subvec.SubprocVectorEnv(fns, **kwargs), "gym"
@@ -875,6 +879,45 @@ def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
     return format(value * scale, spec)
 
 
+#: issue 6's targets for subvec's defaults: (workload, num_envs, min share of the limit,
+#: min ratio to AsyncVectorEnv)
+TARGETS = [
+    ("cartpole", 16, 0.70, 10.0),
+    ("busy100us", 8, 0.90, None),
+    ("pong", 8, 0.90, None),
+    ("busy1ms", 8, 0.95, None),
+]
+
+
+def targets(facts: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: each target of issue 6 that these rows can judge, met or missed."""
+    by_key = {(r["workload"], r["impl"], r["num_envs"]): r for r in rows}
+    out = []
+    one_core = facts.get("usable_cpus") == 1
+    if not one_core:
+        for workload, n, share, ratio in TARGETS:
+            r = by_key.get((workload, "subvec", n))
+            if r is None or r["of_limit"] is None:
+                continue
+            ok = r["of_limit"] >= share and (ratio is None or (r["x_async"] or 0) >= ratio)
+            want = f">= {share:.0%} of the limit" + (f", >= {ratio:g}x Async" if ratio else "")
+            got = f"{r['of_limit']:.0%} of the limit, {_fmt(r['x_async'], '.1f')}x Async"
+            out.append(f"| {workload}, {n} envs | {want} | {got} | {'met' if ok else 'MISSED'} |")
+    else:
+        for (workload, impl, n), r in sorted(by_key.items()):
+            sync = by_key.get((workload, "sync", n))
+            if impl != "subvec" or not sync or not r["steps_per_s"] or not sync["steps_per_s"]:
+                continue
+            rel = r["steps_per_s"] / sync["steps_per_s"]
+            out.append(
+                f"| {workload}, {n} envs, one core | >= 90% of SyncVectorEnv | {rel:.0%} of Sync "
+                f"| {'met' if rel >= 0.9 else 'MISSED'} |"
+            )
+    if out:
+        out = ["| target | wanted | subvec (defaults) | |", "|---|---|---|---|", *out, ""]
+    return out
+
+
 def markdown(facts: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     order = {impl: k for k, impl in enumerate(ALL_IMPLS)}
     out = []
@@ -883,10 +926,23 @@ def markdown(facts: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             f"Machine: {facts.get('nproc')} CPUs ({facts.get('usable_cpus')} usable"
             + (f", pinned to {facts['cpus']}" if facts.get("cpus") else "")
             + f"), {facts.get('cpu_model', '?')}, {facts.get('mem_gib')} GiB, Python "
-            f"{facts.get('python')}, load average at start {facts.get('load_avg')}; "
+            f"{facts.get('python')}, load average at start "
+            + ", ".join(f"{v:.2f}" for v in facts.get("load_avg") or ())
+            + "; "
             f"{facts.get('repeats')} repeats of {facts.get('duration_s')} s (after "
-            f"{facts.get('warmup_s')} s warm-up), medians; {facts.get('date')}.\n"
+            f"{facts.get('warmup_s')} s warm-up), medians; {facts.get('date')}"
+            + (
+                f"; the sweep took {facts['wall_min']:.0f} min, {facts['waited_min']:.0f} of "
+                "them waiting for other people's processes to leave the cores"
+                if "waited_min" in facts
+                else ""
+            )
+            + ".\n"
         )
+    goals = targets(facts, rows)
+    if goals:
+        out.append("### Targets (issue 6)\n")
+        out.extend(goals)
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     for workload in workloads:
         sub = [r for r in rows if r["workload"] == workload]
@@ -936,6 +992,7 @@ STYLES = {
     "subvec": ("tab:red", "-", "o"),
     "subvec_w1": ("tab:orange", "-", "s"),
     "subvec_epw1": ("tab:pink", "-", "v"),
+    "subvec_core": ("tab:cyan", "-", "<"),
     "sync": ("tab:blue", "--", "^"),
     "async_shm": ("tab:green", "--", "D"),
     "async_pipe": ("tab:olive", "--", "d"),
