@@ -113,12 +113,13 @@ def worker_side(workload: str, k: int, seconds: float, iters_per_us: float) -> d
     """us per step of k envs: bare loop vs EnvSlab.step on shared-memory-like arrays."""
     spec = bv.workload_spec(workload, iters_per_us)
     envs = [bv.make_factory(spec)() for _ in range(k)]
-    for j, env in enumerate(envs):
+    slab_envs = [bv.make_factory(spec)() for _ in range(k)]  # the slab autoresets its own
+    for j, env in enumerate(envs + slab_envs):
         env.reset(seed=j)
     obs_space, act_space = envs[0].observation_space, envs[0].action_space
     obs = np.zeros((k, *obs_space.shape), dtype=obs_space.dtype)
     act = np.zeros((k,), dtype=act_space.dtype)
-    slab = EnvSlab(envs, 0, subvec.vector.AutoresetMode.NEXT_STEP)
+    slab = EnvSlab(slab_envs, 0, subvec.vector.AutoresetMode.NEXT_STEP)
     slab.bind(
         SlabArrays(
             rewards=np.zeros(k),
