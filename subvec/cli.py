@@ -13,10 +13,11 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="subvec", description="subvec command line tools")
     sub = parser.add_subparsers(dest="command", required=True)
-    from subvec import _shm, _topology
+    from subvec import _bench, _shm, _topology
 
     _topology.add_cli_parser(sub)
     _shm.add_cli_parser(sub)
+    _bench.add_cli_parser(sub)
     return parser
 
 

@@ -1,0 +1,430 @@
+"""``subvec bench``: subvec next to gymnasium's AsyncVectorEnv and next to the machine's limit.
+
+    subvec bench                                # CartPole-v1, 16 envs, 2 s per run, 3 repeats
+    subvec bench --env-id Acrobot-v1 --num-envs 8 --duration 1
+
+Each configuration runs in a fresh interpreter (``python -m subvec._bench --child JSON``) so
+that none inherits another's processes or caches; the configurations are interleaved, the whole
+set is repeated and medians are printed. The limit is ``W = min(num_envs, usable CPUs)``
+processes each stepping its share of the envs in a tight loop with no IPC: what a perfect
+vector env could reach here. The full suite with more workloads and peers is
+``benchmarks/bench_vector.py``; ``docs/benchmarks.md`` explains both.
+
+Only the standard library is imported at module level: the CLI imports this module to register
+the sub-command, and numpy/gymnasium load only in the child interpreters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+__all__ = ["IMPLEMENTATIONS", "add_cli_parser", "run_bench"]
+
+#: name -> label of the implementations the command compares
+IMPLEMENTATIONS = {
+    "subvec": "subvec.SubprocVectorEnv",
+    "async": "gymnasium AsyncVectorEnv",
+    "sync": "gymnasium SyncVectorEnv",
+    "limit": "limit (no IPC)",
+}
+DEFAULT_IMPLS = ("subvec", "async", "limit")
+_RESULT = "SUBVEC-BENCH-RESULT "
+
+
+# --- the child interpreter ---------------------------------------------------------------------
+
+
+def _make_env(env_id: str) -> Any:
+    import gymnasium as gym
+
+    if env_id.startswith("ALE/"):  # ale-py registers its ids on import (gymnasium >= 1.0)
+        import ale_py
+
+        gym.register_envs(ale_py)
+    return gym.make(env_id)
+
+
+def _presample(single_space: Any, num_envs: int, seed: int, count: int = 64) -> list[Any]:
+    from gymnasium.vector.utils import batch_space
+
+    space = batch_space(single_space, num_envs)
+    space.seed(seed)
+    return [space.sample() for _ in range(count)]
+
+
+def _timed(
+    step: Callable[[Any], Any], actions: Sequence[Any], warmup: float, duration: float
+) -> dict[str, float]:
+    """Step through ``warmup`` seconds untimed, then ``duration`` seconds timing every call."""
+    k = len(actions)
+    i = 0
+    end = time.perf_counter() + warmup
+    while i < 3 or time.perf_counter() < end:
+        step(actions[i % k])
+        i += 1
+    latencies: list[float] = []
+    start = now = time.perf_counter()
+    deadline = start + duration
+    while now < deadline:
+        before = now
+        step(actions[len(latencies) % k])
+        now = time.perf_counter()
+        latencies.append(now - before)
+    latencies.sort()
+    return {
+        "calls": float(len(latencies)),
+        "elapsed": now - start,
+        "p50_ms": 1e3 * latencies[len(latencies) // 2],
+        "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+    }
+
+
+def _limit_process(
+    env_id: str, count: int, seed: int, warmup: float, duration: float, barrier: Any, out: Any
+) -> None:
+    envs = [_make_env(env_id) for _ in range(count)]
+    for j, env in enumerate(envs):
+        env.reset(seed=seed + j)
+    actions = _presample(envs[0].action_space, count, seed)
+
+    def step(batch: Any) -> None:
+        for j, env in enumerate(envs):
+            _, _, terminated, truncated, _ = env.step(batch[j])
+            if terminated or truncated:
+                env.reset()
+
+    barrier.wait()
+    out.put(_timed(step, actions, warmup, duration))
+    for env in envs:
+        env.close()
+
+
+def _run_limit(cfg: dict[str, Any]) -> dict[str, float]:
+    import multiprocessing
+
+    n = int(cfg["num_envs"])
+    width = min(n, len(os.sched_getaffinity(0)))
+    shares = [n // width + (1 if w < n % width else 0) for w in range(width)]
+    # This interpreter is fresh and single-threaded, so fork is safe and the cheapest start.
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(width + 1)
+    out = ctx.SimpleQueue()
+    start = time.perf_counter()
+    procs = [
+        ctx.Process(
+            target=_limit_process,
+            args=(
+                cfg["env_id"],
+                share,
+                cfg["seed"] + 1000 * w,
+                cfg["warmup"],
+                cfg["duration"],
+                barrier,
+                out,
+            ),
+            daemon=True,
+        )
+        for w, share in enumerate(shares)
+    ]
+    for proc in procs:
+        proc.start()
+    barrier.wait()
+    startup = time.perf_counter() - start
+    parts = [out.get() for _ in procs]
+    for proc in procs:
+        proc.join()
+    return {
+        "steps_per_s": sum(p["calls"] * s / p["elapsed"] for p, s in zip(parts, shares)),
+        # the ideal vector step: every process finishes its share at the same time
+        "p50_ms": max(p["p50_ms"] for p in parts),
+        "p99_ms": max(p["p99_ms"] for p in parts),
+        "startup_s": startup,
+        "workers": float(width),
+    }
+
+
+def _run_vector(cfg: dict[str, Any]) -> dict[str, float]:
+    import gymnasium as gym
+
+    n = int(cfg["num_envs"])
+    fns = [functools.partial(_make_env, cfg["env_id"]) for _ in range(n)]
+    start = time.perf_counter()
+    envs: Any
+    if cfg["impl"] == "subvec":
+        from subvec import SubprocVectorEnv
+
+        envs = SubprocVectorEnv(fns)
+        workers = envs.num_workers
+    elif cfg["impl"] == "async":
+        envs = gym.vector.AsyncVectorEnv(fns)
+        workers = n
+    else:
+        envs = gym.vector.SyncVectorEnv(fns)
+        workers = 0
+    try:
+        envs.reset(seed=cfg["seed"])
+        startup = time.perf_counter() - start
+        actions = _presample(envs.single_action_space, n, cfg["seed"])
+        timing = _timed(envs.step, actions, cfg["warmup"], cfg["duration"])
+    finally:
+        envs.close()
+    return {
+        "steps_per_s": timing["calls"] * n / timing["elapsed"],
+        "p50_ms": timing["p50_ms"],
+        "p99_ms": timing["p99_ms"],
+        "startup_s": startup,
+        "workers": float(workers),
+    }
+
+
+def _child(cfg: dict[str, Any]) -> None:
+    result = _run_limit(cfg) if cfg["impl"] == "limit" else _run_vector(cfg)
+    print(_RESULT + json.dumps(result), flush=True)
+
+
+# --- the parent: schedule, progress, table -----------------------------------------------------
+
+
+class _Progress:
+    """One status line, redrawn in place on a terminal and printed line by line elsewhere."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total = total
+        self.done = 0
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.start = time.monotonic()
+
+    def show(self, text: str) -> None:
+        width = 24
+        filled = width * self.done // max(1, self.total)
+        bar = "#" * filled + "." * (width - filled)
+        line = f"[{bar}] {self.done}/{self.total} {text}"
+        if self.tty:
+            self.stream.write("\r\033[K" + line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+def _run_child(cfg: dict[str, Any], timeout: float) -> dict[str, float] | str:
+    cmd = [sys.executable, "-m", "subvec._bench", "--child", json.dumps(cfg)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout:g} s"
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_RESULT):
+            result: dict[str, float] = json.loads(line[len(_RESULT) :])
+            return result
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+    return f"exit {proc.returncode}: {' '.join(tail)}"
+
+
+def run_bench(
+    env_id: str = "CartPole-v1",
+    num_envs: Sequence[int] = (16,),
+    impls: Sequence[str] = DEFAULT_IMPLS,
+    duration: float = 2.0,
+    warmup: float = 0.5,
+    repeats: int = 3,
+    seed: int = 0,
+    progress: TextIO | None = None,
+) -> list[dict[str, Any]]:
+    """Run every (num_envs, implementation) ``repeats`` times, interleaved; one row per pair
+    with the medians, the ratio to AsyncVectorEnv and the ratio to the limit."""
+    unknown = [i for i in impls if i not in IMPLEMENTATIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown implementation(s) {unknown}; choose from {list(IMPLEMENTATIONS)}"
+        )
+    if repeats < 1 or duration <= 0 or any(n < 1 for n in num_envs):
+        raise ValueError("repeats and num_envs must be >= 1 and duration > 0")
+    runs: dict[tuple[int, str], list[dict[str, float]]] = {}
+    errors: dict[tuple[int, str], str] = {}
+    bar = _Progress(repeats * len(num_envs) * len(impls), progress or sys.stderr)
+    timeout = 120.0 + 4 * (duration + warmup)
+    for rep in range(repeats):
+        for n in num_envs:
+            # rotate the order every repeat so that no implementation always goes first
+            order = list(impls[rep % len(impls) :]) + list(impls[: rep % len(impls)])
+            for impl in order:
+                bar.show(f"{IMPLEMENTATIONS[impl]}, {n} envs ...")
+                cfg = {
+                    "env_id": env_id,
+                    "num_envs": n,
+                    "impl": impl,
+                    "duration": duration,
+                    "warmup": warmup,
+                    "seed": seed + rep,
+                }
+                result = _run_child(cfg, timeout)
+                bar.done += 1
+                if isinstance(result, str):
+                    errors[(n, impl)] = result
+                    bar.show(f"{IMPLEMENTATIONS[impl]}, {n} envs: failed ({result})")
+                else:
+                    runs.setdefault((n, impl), []).append(result)
+                    bar.show(
+                        f"{IMPLEMENTATIONS[impl]}, {n} envs: {result['steps_per_s']:,.0f} steps/s"
+                    )
+    bar.close()
+    rows: list[dict[str, Any]] = []
+    for n in num_envs:
+        medians: dict[str, dict[str, float]] = {}
+        for impl in impls:
+            results = runs.get((n, impl), [])
+            if results:
+                medians[impl] = {k: statistics.median(r[k] for r in results) for k in results[0]}
+        peer = medians.get("async", {}).get("steps_per_s")
+        limit = medians.get("limit", {}).get("steps_per_s")
+        for impl in impls:
+            row: dict[str, Any] = {
+                "env_id": env_id,
+                "num_envs": n,
+                "impl": impl,
+                "runs": len(runs.get((n, impl), [])),
+            }
+            if impl in medians:
+                row.update(medians[impl])
+                rate = medians[impl]["steps_per_s"]
+                row["x_async"] = rate / peer if peer else None
+                row["of_limit"] = rate / limit if limit else None
+            else:
+                row["error"] = errors.get((n, impl), "no result")
+            rows.append(row)
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A markdown table of ``run_bench`` rows."""
+
+    def fmt(value: Any, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    lines = [
+        "| implementation | envs | workers | env-steps/s | vs Async | of limit | p50 ms "
+        "| p99 ms | startup s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(
+                f"| {IMPLEMENTATIONS[r['impl']]} | {r['num_envs']} | - | failed: "
+                f"{r['error']} | | | | | |"
+            )
+            continue
+        lines.append(
+            f"| {IMPLEMENTATIONS[r['impl']]} | {r['num_envs']} | {r['workers']:.0f} "
+            f"| {r['steps_per_s']:,.0f} | {fmt(r.get('x_async'), '.1f')}x "
+            f"| {fmt(r.get('of_limit'), '.0%')} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} "
+            f"| {r['startup_s']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 8,16, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def add_cli_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the ``bench`` sub-command."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="time subvec next to AsyncVectorEnv and the machine's limit",
+        description="Step the same envs with subvec, gymnasium's AsyncVectorEnv and the limit "
+        "(independent processes with no IPC), each in a fresh interpreter, interleaved and "
+        "repeated; print the medians as a table.",
+    )
+    parser.add_argument(
+        "--env-id", default="CartPole-v1", help="gymnasium id (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--num-envs",
+        type=_int_list,
+        default=[16],
+        metavar="N[,N...]",
+        help="number of envs, or a list to sweep (default: 16)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="timed seconds per run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="untimed seconds before each run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs of each configuration; medians are shown (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--impls",
+        default=",".join(DEFAULT_IMPLS),
+        help=f"comma-separated, from {', '.join(IMPLEMENTATIONS)} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--json", default=None, metavar="PATH", help="also write the rows as JSON lines to PATH"
+    )
+    parser.set_defaults(func=_cli_bench)
+
+
+def _cli_bench(args: argparse.Namespace) -> int:
+    impls = [i for i in args.impls.split(",") if i]
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        cpus = os.cpu_count() or 1
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(
+        f"{args.env_id}: {os.cpu_count()} CPUs ({cpus} usable), load average {load}; "
+        f"{args.repeats} x {args.duration:g} s per configuration, medians"
+    )
+    try:
+        rows = run_bench(
+            args.env_id, args.num_envs, impls, args.duration, args.warmup, args.repeats
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        _child(json.loads(sys.argv[2]))
+    else:
+        sys.exit("usage: python -m subvec._bench --child JSON (use `subvec bench` instead)")

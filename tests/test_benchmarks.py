@@ -1,0 +1,198 @@
+"""Smoke tests of the benchmark suite (benchmarks/bench_vector.py) and of ``subvec bench``.
+
+Both run tiny: a fraction of a second per configuration. They check that the tools run end to
+end and write what they promise, not any speed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from subvec import _bench, cli
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "bench_vector.py"
+
+
+def _env() -> dict[str, str]:
+    # The children must import this checkout's subvec, whatever is installed.
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _load_suite() -> ModuleType:
+    name = "bench_vector_under_test"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(240)
+def test_suite_quick_mode_writes_results(tmp_path: Path) -> None:
+    out, img = tmp_path / "results", tmp_path / "img"
+    cmd = [sys.executable, str(SCRIPT), "--quick", "--out-dir", str(out), "--img-dir", str(img)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=220, env=_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    lines = [json.loads(line) for line in (out / "quick.jsonl").read_text().splitlines()]
+    facts, rows = lines[0]["facts"], lines[1:]
+    assert facts["nproc"] >= 1 and facts["usable_cpus"] >= 1 and "load_avg" in facts
+    got = {(r["workload"], r["impl"]) for r in rows}
+    for workload in ("cartpole", "busy100us"):
+        for impl in ("subvec", "sync", "async_shm", "limit"):
+            assert (workload, impl) in got
+    for row in rows:
+        assert row["errors"] == [], row
+        assert row["steps_per_s"] > 0 and row["p99_us"] >= row["p50_us"] > 0
+        assert row["of_limit"] > 0
+    limit = next(r for r in rows if r["impl"] == "limit")
+    assert limit["of_limit"] == pytest.approx(1.0)
+    subvec_row = next(r for r in rows if r["impl"] == "subvec")
+    assert subvec_row["worker_uss_mb"] > 0 and subvec_row["num_workers"] >= 1
+
+    table = (out / "quick.md").read_text()
+    assert "### cartpole" in table and "| subvec |" in table
+    raw = (out / "raw" / "quick-runs.jsonl").read_text().splitlines()
+    assert len(raw) == len(rows)
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (img / "quick-cartpole.png").stat().st_size > 1000
+        assert (img / "quick-busy100us.png").stat().st_size > 1000
+
+
+def _row(impl: str, n: int, rate: float, workload: str = "w") -> dict[str, Any]:
+    return {"workload": workload, "impl": impl, "num_envs": n, "steps_per_s": rate}
+
+
+def test_summary_takes_medians_and_ratios() -> None:
+    suite = _load_suite()
+    runs = [
+        _row("subvec", 8, 100.0),
+        _row("subvec", 8, 300.0),
+        _row("subvec", 8, 200.0),
+        _row("async_shm", 8, 50.0),
+        _row("limit", 8, 400.0),
+        {**_row("sync", 8, 0.0), "error": "exit 1: boom"},
+    ]
+    rows = {r["impl"]: r for r in suite.summarize(runs)}
+    assert rows["subvec"]["steps_per_s"] == 200.0
+    assert rows["subvec"]["all_steps_per_s"] == [100, 300, 200]
+    assert rows["subvec"]["x_async"] == pytest.approx(4.0)
+    assert rows["subvec"]["of_limit"] == pytest.approx(0.5)
+    assert rows["sync"]["steps_per_s"] is None and rows["sync"]["errors"] == ["exit 1: boom"]
+    table = suite.markdown({}, list(rows.values()))
+    assert "200 (50%)" in table and "1 failed" in table
+
+
+def test_workload_names() -> None:
+    suite = _load_suite()
+    spec = suite.workload_spec("busy250us_84x84x3", iters_per_us=10.0)
+    assert spec["kind"] == "busy" and spec["iters"] == 2500 and spec["obs_shape"] == [84, 84, 3]
+    assert suite.workload_spec("busy1ms", iters_per_us=2.0)["iters"] == 2000
+    assert suite.workload_spec("pong", 1.0)["module"] == "ale_py"
+    with pytest.raises(SystemExit, match="unknown workload"):
+        suite.workload_spec("nope", 1.0)
+    env = suite.make_factory(suite.workload_spec("busy10us_2x3", 1.0))()
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (2, 3) and env.observation_space.contains(obs)
+    obs, _, terminated, _, info = env.step(1)
+    assert env.observation_space.contains(obs) and not terminated and info == {}
+
+
+def test_simpy_env_follows_the_api() -> None:
+    pytest.importorskip("simpy")
+    from gymnasium.utils.env_checker import check_env
+
+    suite = _load_suite()
+    env = suite.QueueEnv(horizon=5)
+    check_env(env, skip_render_check=True)
+    env.reset(seed=1)
+    for t in range(5):
+        obs, reward, _, truncated, _ = env.step(t % 2)
+        assert env.observation_space.contains(obs) and reward <= 0
+    assert truncated
+
+
+@pytest.mark.timeout(120)
+def test_cli_bench_prints_the_table(tmp_path: Path) -> None:
+    out = tmp_path / "rows.jsonl"
+    cmd = [
+        sys.executable,
+        "-m",
+        "subvec",
+        "bench",
+        "--num-envs",
+        "2",
+        "--duration",
+        "0.2",
+        "--warmup",
+        "0.05",
+        "--repeats",
+        "1",
+        "--json",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=110, env=_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CartPole-v1" in proc.stdout
+    for label in ("subvec.SubprocVectorEnv", "gymnasium AsyncVectorEnv", "limit (no IPC)"):
+        assert label in proc.stdout
+    assert "3/3" in proc.stderr  # the progress display
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["impl"] for r in rows] == ["subvec", "async", "limit"]
+    assert all(r["steps_per_s"] > 0 for r in rows)
+    assert rows[1]["x_async"] == pytest.approx(1.0) and rows[2]["of_limit"] == pytest.approx(1.0)
+
+
+def test_cli_bench_rejects_bad_arguments() -> None:
+    parser = cli.build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--num-envs", "0"])
+    args = parser.parse_args(["bench", "--num-envs", "4,8", "--env-id", "Acrobot-v1"])
+    assert args.num_envs == [4, 8] and args.env_id == "Acrobot-v1"
+    with pytest.raises(ValueError, match="unknown implementation"):
+        _bench.run_bench(impls=["nope"])
+
+
+def test_format_table_shows_failures() -> None:
+    rows = [
+        {
+            "impl": "subvec",
+            "num_envs": 4,
+            "workers": 2.0,
+            "steps_per_s": 1234.0,
+            "x_async": 2.0,
+            "of_limit": 0.5,
+            "p50_ms": 0.1,
+            "p99_ms": 0.2,
+            "startup_s": 0.3,
+        },
+        {"impl": "async", "num_envs": 4, "error": "exit 1: boom"},
+    ]
+    table = _bench.format_table(rows)
+    assert "| subvec.SubprocVectorEnv | 4 | 2 | 1,234 | 2.0x | 50% |" in table
+    assert "failed: exit 1: boom" in table
+
+
+def test_import_subvec_leaves_the_bench_out() -> None:
+    code = (
+        "import sys, subvec; "
+        "bad = [m for m in ('subvec._bench', 'subvec.cli', 'matplotlib', 'torch') "
+        "if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=_env(), timeout=60)
