@@ -276,6 +276,8 @@ ALL_IMPLS = (
     "subvec_w1",
     "subvec_epw1",
     "subvec_core",
+    "subvec_parent",
+    "subvec_nospin",
     "sync",
     "async_shm",
     "async_pipe",
@@ -289,6 +291,8 @@ IMPL_LABELS = {
     "subvec_w1": "subvec num_workers=1",
     "subvec_epw1": "subvec envs_per_worker=1",
     "subvec_core": "subvec pin='core'",
+    "subvec_parent": "subvec parent_envs=half (CPUs-1 workers)",
+    "subvec_nospin": "subvec spin_us=0",
     "sync": "gymnasium SyncVectorEnv",
     "async_shm": "gymnasium AsyncVectorEnv (shm)",
     "async_pipe": "gymnasium AsyncVectorEnv (pipes)",
@@ -314,6 +318,12 @@ def build_vector(impl: str, fns: list[Any]) -> tuple[Any, str]:
             kwargs["envs_per_worker"] = 1
         elif impl == "subvec_core":
             kwargs["pin"] = "core"
+        elif impl == "subvec_parent":
+            # The parent steps a share in-process, as one more worker: n/W' envs each with
+            # W' = usable CPUs processes in all (the parent and CPUs-1 workers).
+            kwargs["parent_envs"] = max(1, len(fns) // usable_cpus()) if len(fns) > 1 else 0
+        elif impl == "subvec_nospin":
+            kwargs["spin_us"] = 0
         elif impl.startswith("subvec_w"):
             kwargs["num_workers"] = int(impl[len("subvec_w") :])
         return subvec.SubprocVectorEnv(fns, **kwargs), "gym"
@@ -611,10 +621,8 @@ PLANS: dict[str, dict[str, tuple[str, str]]] = {
         "simpy": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit"),
     },
     "targets": {
-        "cartpole": ("16", "subvec,subvec_w1,sync,async_shm,limit"),
-        "busy100us": ("8", "subvec,subvec_w1,sync,async_shm,limit"),
-        "busy1ms": ("8", "subvec,subvec_w1,sync,async_shm,limit"),
-        "pong": ("8", "subvec,subvec_w1,sync,async_shm,limit"),
+        w: (n, "subvec,subvec_parent,subvec_nospin,sync,async_shm,limit")
+        for w, n in (("cartpole", "16"), ("busy100us", "8"), ("busy1ms", "8"), ("pong", "8"))
     },
     # subvec next to two scratch models of its hot path (experiments/proto_vec.py): today's
     # design (pipes, 2 workers) and the proposal (1 worker + the parent, bounded spin)

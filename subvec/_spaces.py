@@ -162,6 +162,7 @@ def _row_writer(
 
     array: np.ndarray = batch
     expected = array.shape[1:]
+    dtype = array.dtype
 
     def write_leaf(obs: Any, row: int) -> None:
         value = obs if type(obs) is np.ndarray else np.asarray(obs)
@@ -170,10 +171,12 @@ def _row_writer(
                 f"env {env_offset + row}: observation{_describe(path)} has shape {value.shape}, "
                 f"expected {expected} (dtype {array.dtype}) from {space}"
             )
+        if value.dtype == dtype:
+            array[row] = value  # same dtype and shape: no cast to check, the cheapest copy
+            return
         try:
-            np.copyto(
-                array[row, ...], value, casting="same_kind"
-            )  # [row, ...]: a view even when 0-d
+            # [row, ...] is a view even for a 0-d leaf (array[row] would be a scalar copy)
+            np.copyto(array[row, ...], value, casting="same_kind")
         except TypeError as exc:
             raise TypeError(
                 f"env {env_offset + row}: observation{_describe(path)} of dtype {value.dtype} "
