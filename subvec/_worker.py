@@ -64,17 +64,6 @@ class AttachSpec:
     spin_us: float = 0.0  # busy-poll for the next command this long before blocking
 
 
-_COMMAND_NAMES = {
-    Command.RESET: "reset",
-    Command.STEP: "step",
-    Command.CALL: "call",
-    Command.SET_ATTR: "set_attr",
-    Command.CLOSE: "close",
-    Command.ATTACH: "attach",
-    Command.PING: "ping",
-}
-
-
 def _watch_parent() -> None:
     parent = multiprocessing.parent_process()
     if parent is None or parent.sentinel is None:
@@ -170,7 +159,7 @@ class _Server:
                     status, reply = self.handle(command, payload)
                 except Exception as exc:
                     env_index = None if command is Command.ATTACH else self.slab.current_env
-                    record = ErrorRecord.capture(exc, env_index, _COMMAND_NAMES[command])
+                    record = ErrorRecord.capture(exc, env_index, command.name.lower())
                     status, reply = Status.ERROR, proto.dumps(record)
                 proto.write_frame(self.reply_fd, status, seq, reply)
                 if command is Command.CLOSE:

@@ -781,7 +781,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             self._truncations[self._restarted] = True
         obs = self._observations_out(parts)
         infos = self._merge_infos(parts)
-        np.logical_or(self._terminations, self._truncations, out=self._needs_reset)
+        if self.autoreset_mode is AutoresetMode.DISABLED:  # only that mode refuses ended envs
+            np.logical_or(self._terminations, self._truncations, out=self._needs_reset)
         return (
             obs,
             self._rewards.copy(),
