@@ -160,6 +160,10 @@ class WorkerPool:
         self.resources = PoolResources()
         #: seconds to busy-poll for replies before blocking (0: block at once)
         self.spin_s = 0.0
+        self._poller: tuple[select.poll, dict[int, tuple[Worker, bool]]] | None = None
+        #: the worker that shares the parent's CPU (see ``gather``), if any
+        self.wait_first: int | None = None
+        self._first_poller: tuple[Worker, select.poll] | None = None
 
     @property
     def workers(self) -> list[Worker]:
@@ -206,6 +210,7 @@ class WorkerPool:
         """Start every worker; ``handshake`` then waits until each has built its envs."""
         for index in range(len(self.bounds)):
             self.workers.append(self.spawn(index))
+        self._poller = self._first_poller = None
 
     def handshake(self, workers: Sequence[Worker], timeout: float | None) -> None:
         replies, failures = self.gather(workers, timeout, "building the envs")
@@ -225,6 +230,41 @@ class WorkerPool:
         except OSError:
             pass  # EPIPE: the worker is gone; gather() learns how from its sentinel
 
+    def send_all(self, command: Command) -> None:
+        """Send ``command`` with an empty payload to every worker (the per-step hot path)."""
+        pack = proto.HEADER.pack
+        write = os.write
+        for worker in self.resources.workers:
+            seq = worker.seq = worker.seq + 1
+            worker.expected = seq
+            try:
+                write(worker.cmd_fd, pack(0, command, seq))
+            except OSError:
+                pass  # as in send()
+
+    def _full_poller(self) -> tuple[select.poll, dict[int, tuple[Worker, bool]]]:
+        """A poll object over every worker's reply fd and sentinel, kept between waits (built
+        anew after a worker is replaced or an fd was dropped from it)."""
+        if self._poller is None:
+            poller = select.poll()
+            by_fd: dict[int, tuple[Worker, bool]] = {}
+            for w in self.resources.workers:
+                for fd, is_reply in ((w.reply_fd, True), (w.process.sentinel, False)):
+                    by_fd[fd] = (w, is_reply)
+                    poller.register(fd, select.POLLIN)
+            self._poller = (poller, by_fd)
+        return self._poller
+
+    def _partner_poller(self, worker: Worker) -> select.poll:
+        """A poll object over ``worker``'s reply fd and every sentinel, kept between waits."""
+        if self._first_poller is None or self._first_poller[0] is not worker:
+            poller = select.poll()
+            poller.register(worker.reply_fd, select.POLLIN)
+            for w in self.resources.workers:
+                poller.register(w.process.sentinel, select.POLLIN)
+            self._first_poller = (worker, poller)
+        return self._first_poller[1]
+
     def gather(
         self,
         workers: Sequence[Worker],
@@ -242,15 +282,28 @@ class WorkerPool:
         replies: dict[int, Reply] = {}
         failures: list[Failure] = []
         pending = {w.index: w for w in workers}
-        poller = select.poll()
-        by_fd: dict[int, tuple[Worker, bool]] = {}
-        for w in workers:
-            for fd, is_reply in ((w.reply_fd, True), (w.process.sentinel, False)):
-                by_fd[fd] = (w, is_reply)
-                poller.register(fd, select.POLLIN)
+        if len(pending) == len(self.resources.workers):
+            # Every worker: the common case (each step), served by the kept poll object. A
+            # worker that has answered has nothing left to read; its fds stay registered.
+            poller, by_fd = self._full_poller()
+            kept = True
+        else:
+            poller, by_fd, kept = select.poll(), {}, False
+            for w in workers:
+                for fd, is_reply in ((w.reply_fd, True), (w.process.sentinel, False)):
+                    by_fd[fd] = (w, is_reply)
+                    poller.register(fd, select.POLLIN)
         # Busy-poll first (bounded) when the pool was told cores are free for it: blocking
         # costs a sleep and a wake-up, which on a VM can exceed a cheap env's whole step.
         spin_until = time.perf_counter() + self.spin_s if self.spin_s else 0.0
+        first = self.wait_first
+        if first is not None and kept and not spin_until and len(pending) > 1 and first in pending:
+            # The partner (the worker that shares our CPU) starts last and so ends last: sleep
+            # until it answers (or anyone dies) instead of waking once per worker. The others'
+            # replies wait in their pipes and are read by the loop below without a wake-up.
+            self._partner_poller(pending[first]).poll(
+                -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000) + 1)
+            )
         while pending:
             if spin_until:
                 events = poller.poll(0)
@@ -262,7 +315,8 @@ class WorkerPool:
                 events = poller.poll()
             else:
                 remaining = deadline - time.monotonic()
-                events = poller.poll(int(remaining * 1000) + 1) if remaining > 0 else []
+                # Past the deadline, still take what is already there: only the silent hung.
+                events = poller.poll(int(remaining * 1000) + 1 if remaining > 0 else 0)
                 if not events:
                     for w in sorted(pending.values(), key=lambda w: w.index):
                         message = f"no reply from {w.describe()} after {timeout:g} s {what}"
@@ -271,31 +325,48 @@ class WorkerPool:
             for fd, _ in events:
                 worker, is_reply = by_fd[fd]
                 if worker.index not in pending:
+                    # Only a dead worker's sentinel (or EOF) keeps firing once it has answered:
+                    # drop it from the wait so the loop does not spin on it.
+                    poller.unregister(fd)
+                    if kept:
+                        self._poller = None
                     continue
                 reply = self._read(worker) if is_reply else self._drain(worker)
                 if reply is _STALE:
                     continue
                 del pending[worker.index]
-                for fd_done in (worker.reply_fd, worker.process.sentinel):
-                    poller.unregister(fd_done)
+                if not kept:
+                    for fd_done in (worker.reply_fd, worker.process.sentinel):
+                        poller.unregister(fd_done)
                 if reply is _DEAD:
                     failures.append(self._death(worker, what))
+                    if kept:
+                        self._poller = None  # its sentinel stays readable from now on
                     if stop_at_death:
                         return replies, failures
                 else:
                     assert isinstance(reply, tuple)
                     replies[worker.index] = reply
                     worker.expected = None
+
         return replies, failures
 
     def _read(self, worker: Worker) -> Reply | object:
+        fd = worker.reply_fd
         try:
-            code, seq, payload = proto.read_frame(worker.reply_fd)
+            # One read takes a whole payload-less reply, the per-step case.
+            head = os.read(fd, proto.HEADER.size)
+            if len(head) < proto.HEADER.size:
+                if not head:
+                    return _DEAD
+                head += proto.read_exact(fd, proto.HEADER.size - len(head))
+            length, code, seq = proto.HEADER.unpack(head)
+            payload = proto.read_exact(fd, length) if length else b""
         except (EOFError, OSError):
             return _DEAD
         if seq != worker.expected:
             return _STALE
-        return Status(code), payload
+        return _STATUSES[code], payload
 
     def _drain(self, worker: Worker) -> Reply | object:
         """The sentinel fired; a reply written just before the exit may still be in the pipe."""
@@ -328,6 +399,7 @@ class WorkerPool:
         worker.reply_conn.close()
         new = self.spawn(worker.index)
         self.workers[worker.index] = new
+        self._poller = self._first_poller = None
         self.handshake([new], timeout)
         self.send(new, Command.ATTACH, attach_payload)
         replies, failures = self.gather([new], timeout, "attaching the shared block")
@@ -357,6 +429,7 @@ class WorkerPool:
 
 
 _DEAD = object()
+_STATUSES = {int(status): status for status in Status}
 _STALE = object()
 
 

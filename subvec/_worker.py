@@ -61,7 +61,8 @@ class AttachSpec:
     num_envs: int
     observation_space: Any  # single space; None when observations travel by value
     action_space: Any  # single space; None when actions travel by value
-    spin_us: float = 0.0  # busy-poll for the next command this long before blocking
+    #: per worker index: busy-poll for the next command this long before blocking
+    spin_us: tuple[float, ...] = ()
 
 
 def _watch_parent() -> None:
@@ -125,11 +126,12 @@ def worker_main(
         record = ErrorRecord.capture(exc, first_env, "make")
         proto.write_frame(reply_fd, Status.ERROR, 0, proto.dumps(record))
         return
-    _Server(slab, cmd_fd, reply_fd).serve()
+    _Server(worker_index, slab, cmd_fd, reply_fd).serve()
 
 
 class _Server:
-    def __init__(self, slab: EnvSlab, cmd_fd: int, reply_fd: int) -> None:
+    def __init__(self, index: int, slab: EnvSlab, cmd_fd: int, reply_fd: int) -> None:
+        self.index = index
         self.slab = slab
         self.cmd_fd = cmd_fd
         self.reply_fd = reply_fd
@@ -146,6 +148,7 @@ class _Server:
     def serve(self) -> None:
         poller = select.poll()
         poller.register(self.cmd_fd, select.POLLIN)
+        commands = {int(c): c for c in Command}
         try:
             while True:
                 if self.spin_s:
@@ -154,7 +157,7 @@ class _Server:
                     code, seq, payload = proto.read_frame(self.cmd_fd)
                 except EOFError:
                     break  # the parent closed our command pipe: nothing more will come
-                command = Command(code)
+                command = commands[code]
                 try:
                     status, reply = self.handle(command, payload)
                 except Exception as exc:
@@ -171,8 +174,10 @@ class _Server:
 
     def handle(self, command: Command, payload: bytes) -> tuple[Status, bytes]:
         slab = self.slab
-        if command is Command.STEP:
+        if command is Command.STEP:  # first: the per-step case
             result = slab.step(proto.loads(payload) if payload else None)
+            if not result.infos and not result.obs:
+                return Status.OK, b""
         elif command is Command.RESET:
             seeds, options, mask = proto.loads(payload)
             result = slab.reset(seeds, options, mask)
@@ -210,7 +215,7 @@ class _Server:
     def attach(self, spec: AttachSpec) -> None:
         block = SharedBlock.attach(spec.block_name, spec.layout)
         self.block = block
-        self.spin_s = spec.spin_us * 1e-6
+        self.spin_s = spec.spin_us[self.index] * 1e-6 if spec.spin_us else 0.0
         lo, hi = self.slab.first_index, self.slab.first_index + len(self.slab.envs)
         views = block.views
         write_obs = read_action = None

@@ -173,8 +173,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             for cheap envs (CartPole x 16: ~2.5x), but those envs lose process isolation (a
             segfault or hang in one of them takes the parent with it). Default 0.
         spin_us: busy-poll window before blocking, for the next command (workers) and for
-            replies (parent). Default: 300 us for each process that has a CPU of its own,
-            0 otherwise; 0 disables.
+            replies (parent); 0 disables. Default: 300 us for each process that has a CPU of
+            its own; when the workers fill every CPU, worker 0 shares the parent's and neither
+            of those two spins (see ``_resolve_spin``).
     """
 
     def __init__(
@@ -245,7 +246,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._local_pending: Callable[[], Any] | None = None
 
         self.num_workers = self._resolve_workers(num_workers, envs_per_worker)
-        self.spin_us, self._parent_spin_us = self._resolve_spin(spin_us)
+        self._worker_spin_us, self._parent_spin_us, self._partner = self._resolve_spin(spin_us)
+        #: the busy-poll window of the workers that spin (0: none does)
+        self.spin_us = max(self._worker_spin_us)
         blobs = self._pickle_factories()
         ctx = self._resolve_context(context)
         self.context = ctx.get_start_method()
@@ -263,6 +266,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         # The tracker must run before any worker exists so that all share it (see _shm).
         resource_tracker.ensure_running()
         self._pool.spin_s = self._parent_spin_us * 1e-6
+        self._pool.wait_first = self._partner
         try:
             self._pool.spawn_all()
             self._build_local_envs()  # while the workers build theirs
@@ -318,22 +322,33 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         # The parent stepping envs itself is a process at work too: leave it a CPU.
         return max(1, min(n, usable_cpus() - (1 if self.parent_envs else 0)))
 
-    def _resolve_spin(self, spin_us: float | None) -> tuple[float, float]:
-        """(worker spin, parent spin) in microseconds.
+    def _resolve_spin(self, spin_us: float | None) -> tuple[tuple[float, ...], float, int | None]:
+        """Per-worker spin and parent spin in microseconds, and the partner worker (if any).
 
-        A worker busy-polls for its next command only when every worker has a CPU of its own;
-        the parent busy-polls for replies only when the parent has one too. A spinner that
-        shares its CPU steals time from a process at work; one that owns its CPU spares a
-        sleep and a wake-up, which on a VM costs more than a cheap env's step.
+        A spinner that owns its CPU spares a sleep and a wake-up, which on a VM costs more than
+        a cheap env's step; one that shares its CPU steals time from a process at work. So:
+
+        - every worker and the parent have a CPU each (``num_workers + 1 <= CPUs``): all spin;
+        - only the workers do (``num_workers == CPUs``): the parent shares a CPU with one of
+          them. Worker 0 becomes its *partner*: it never spins, so the moment it has replied
+          it sleeps and the parent has the CPU, and the parent sleeps until the partner
+          replies, so the partner has the CPU meanwhile: two context switches on one CPU per
+          step, no cross-CPU wake-up. The scheduler keeps the two together because every
+          other CPU is busy with a spinning worker. The other workers spin; the parent
+          doesn't;
+        - more workers than CPUs: nobody spins.
         """
+        n = self.num_workers
         if spin_us is not None:
             if spin_us < 0:
                 raise ValueError(f"spin_us must be >= 0 (0 disables spinning), got {spin_us!r}")
-            return float(spin_us), float(spin_us)
+            return (float(spin_us),) * n, float(spin_us), None
         cpus = usable_cpus()
-        worker = DEFAULT_SPIN_US if self.num_workers <= cpus else 0.0
-        parent = DEFAULT_SPIN_US if self.num_workers + 1 <= cpus else 0.0
-        return worker, parent
+        if n + 1 <= cpus:
+            return (DEFAULT_SPIN_US,) * n, DEFAULT_SPIN_US, None
+        if n <= cpus:
+            return (0.0,) + (DEFAULT_SPIN_US,) * (n - 1), 0.0, 0
+        return (0.0,) * n, 0.0, None
 
     def _build_local_envs(self) -> None:
         if not self.parent_envs:
@@ -459,7 +474,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 num_envs=n,
                 observation_space=obs_space if self._obs_shared else None,
                 action_space=act_space if self._act_shared else None,
-                spin_us=self.spin_us,
+                spin_us=self._worker_spin_us,
             )
             self._attach_payload = cloudpickle.dumps(spec)
             workers = self._pool.workers
@@ -545,6 +560,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             )
 
     def _broadcast(self, command: Command, payloads: Callable[[Worker], bytes] | bytes) -> None:
+        if payloads == b"":
+            self._pool.send_all(command)
+            return
         for worker in self._pool.workers:
             payload = payloads if isinstance(payloads, bytes) else payloads(worker)
             self._pool.send(worker, command, payload)

@@ -141,3 +141,38 @@ def test_remote_proxy_property_and_context_manager() -> None:
         assert envs.remote.get_t(4) == (4, 4, 4)
         assert envs.remote.max_steps() == (7, 7, 7)
     assert envs.closed
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("cpus", "spin_us", "workers", "parent", "partner"),
+    [
+        (4, None, (300.0, 300.0), 300.0, None),  # a CPU each, the parent's too: all spin
+        (2, None, (0.0, 300.0), 0.0, 0),  # the parent shares worker 0's CPU: those two block
+        (1, None, (0.0, 0.0), 0.0, None),  # more workers than CPUs: nobody spins
+        (2, 50, (50.0, 50.0), 50.0, None),  # an explicit window applies to everyone
+        (2, 0, (0.0, 0.0), 0.0, None),
+    ],
+)
+def test_spin_policy_follows_the_usable_cpus(
+    cpus: int,
+    spin_us: float | None,
+    workers: tuple[float, ...],
+    parent: float,
+    partner: int | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("subvec.vector.usable_cpus", lambda: cpus)
+    envs = SubprocVectorEnv([make_zoo("box_f32")] * 4, num_workers=2, spin_us=spin_us)
+    try:
+        assert envs._worker_spin_us == workers
+        assert envs._parent_spin_us == parent
+        assert envs._partner == partner and envs._pool.wait_first == partner
+        assert envs.spin_us == max(workers)
+        # Whatever the policy, stepping gives the same results (the conformance suite runs
+        # every layout; this only checks that the waits end).
+        envs.reset(seed=1)
+        for _ in range(20):
+            envs.step(envs.action_space.sample())
+    finally:
+        envs.close()

@@ -156,14 +156,18 @@ def test_unpicklable_factory_fails_before_any_process_starts() -> None:
     ("how", "signature"),
     [("kill", "SIGKILL(-9)"), ("segv", "SIGSEGV(-11)"), ("exit", "exit code 3")],
 )
+@pytest.mark.parametrize("cpus", [2, 8], ids=["partner", "all_spin"])
 def test_worker_death_mid_step_is_seen_at_once_while_others_are_busy(
-    how: str, signature: str
+    how: str, signature: str, cpus: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # env 0 (worker 0) sleeps 30 s inside step; env 3 (worker 1) dies. The error must not wait
-    # for the sleeper.
+    # for the sleeper. With as many CPUs as workers, worker 0 is the parent's partner, whose
+    # reply the parent awaits first: the death must still be seen during that wait.
+    monkeypatch.setattr("subvec.vector.usable_cpus", lambda: cpus)
     fns = crash_fns(4, 3, how)
     fns[0] = lambda: __import__("tests.envs").envs.CrashEnv("hang", seconds=30, terminate_prob=0)
     envs = SubprocVectorEnv(fns, num_workers=2)
+    assert envs._partner == (0 if cpus == 2 else None)
     try:
         envs.reset(seed=0)
         pid = worker_pids(envs)[1]

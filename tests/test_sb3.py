@@ -285,7 +285,11 @@ def test_render_and_images() -> None:
 def test_env_errors_keep_their_type_and_index() -> None:
     from tests.envs import CrashEnv
 
-    envs = SubprocVecEnv([lambda: CrashEnv(), lambda: CrashEnv(how="raise", at_step=2)])
+    # No episode may end before step 2 (an autoreset would restart the step count).
+    calm = {"max_steps": 10**6, "terminate_prob": 0.0}
+    envs = SubprocVecEnv(
+        [lambda: CrashEnv(**calm), lambda: CrashEnv(how="raise", at_step=2, **calm)]
+    )
     try:
         envs.reset()
         envs.step(np.zeros(2, dtype=np.int64))
