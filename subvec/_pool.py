@@ -234,7 +234,13 @@ class WorkerPool:
         """Send ``command`` with an empty payload to every worker (the per-step hot path)."""
         pack = proto.HEADER.pack
         write = os.write
-        for worker in self.resources.workers:
+        workers = self.resources.workers
+        if self.wait_first is not None:
+            # The partner last: waking it on our CPU may hand it the CPU at once (wake-up
+            # preemption), and the other workers must have their command before that.
+            first = self.wait_first
+            workers = [w for w in workers if w.index != first] + [workers[first]]
+        for worker in workers:
             seq = worker.seq = worker.seq + 1
             worker.expected = seq
             try:

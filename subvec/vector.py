@@ -81,6 +81,10 @@ class _State(enum.Enum):
     WAITING_CALL = "call"
     BROKEN = "broken"
 
+    @property
+    def waiting(self) -> str:
+        return f"waiting for {self.value}"
+
 
 @dataclass(frozen=True)
 class RestartRecord:
@@ -100,11 +104,15 @@ def _default_context() -> str:
     return "spawn"
 
 
-def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
+def _split(num_envs: int, num_workers: int, extra_last: bool = False) -> list[tuple[int, int]]:
+    """Consecutive env ranges, as even as possible; the remainder goes to the first workers,
+    or with ``extra_last`` to the last ones (worker 0 as the parent's partner also carries the
+    parent's own work on its CPU)."""
     base, extra = divmod(num_envs, num_workers)
     bounds, lo = [], 0
     for w in range(num_workers):
-        hi = lo + base + (1 if w < extra else 0)
+        gets_extra = w >= num_workers - extra if extra_last else w < extra
+        hi = lo + base + (1 if gets_extra else 0)
         bounds.append((lo, hi))
         lo = hi
     return bounds
@@ -257,7 +265,11 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._pool = WorkerPool(
             ctx,
             blobs,
-            _split(self.num_envs - self.parent_envs, self.num_workers),
+            _split(
+                self.num_envs - self.parent_envs,
+                self.num_workers,
+                extra_last=self._partner is not None,
+            ),
             self.autoreset_mode.value,
             placements,
             self.daemon,
@@ -577,14 +589,14 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         """
         if timeout is None:
             timeout = self.default_timeout
-        workers = list(self._pool.workers)
+        workers = self._pool.workers  # replace() swaps a worker in place, in this same list
         restart = self.on_worker_failure == "restart" and len(self.restarts) < self.max_restarts
         local, self._local_pending = self._local_pending, None
         try:
             # The parent's envs run while the workers run theirs; then we wait for them.
             local_part = self._run_local(local, state) if local is not None else None
             replies, failures = self._pool.gather(
-                workers, timeout, f"waiting for {state.value}", stop_at_death=not restart
+                workers, timeout, state.waiting, stop_at_death=not restart
             )
         except KeyboardInterrupt:
             # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
@@ -596,21 +608,27 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             else:
                 self._fail(failures, timeout)
         self._state = _State.IDLE
-        ordered = [replies[w.index] for w in self._pool.workers]
+        # Only replies with something to say become parts; a plain OK (the usual step) adds
+        # nothing, as all its results are already in the shared block.
+        parts: list[tuple[int, Any]] = []
+        failed = False
+        for w in workers:
+            status, payload = replies[w.index]
+            if status is Status.OK_PAYLOAD:
+                parts.append((w.lo, proto.loads(payload)))
+            elif status is not Status.OK:
+                failed = True
         local_error = local_part[1] if local_part is not None else None
-        try:
-            raise_env_errors(self._pool.workers, ordered)
-        except BaseException as worker_error:
-            if isinstance(local_error, BaseException):
-                index = getattr(local_error, "env_index", "?")
-                add_note(worker_error, f"env {index} also failed: {local_error!r}")
-            raise
+        if failed:
+            try:
+                raise_env_errors(workers, [replies[w.index] for w in workers])
+            except BaseException as worker_error:
+                if isinstance(local_error, BaseException):
+                    index = getattr(local_error, "env_index", "?")
+                    add_note(worker_error, f"env {index} also failed: {local_error!r}")
+                raise
         if isinstance(local_error, BaseException):
             raise local_error
-        parts = [
-            (w.lo, proto.loads(payload) if status is Status.OK_PAYLOAD else None)
-            for w, (status, payload) in zip(self._pool.workers, ordered)
-        ]
         if local_part is not None:
             parts.append(local_part)
         return parts

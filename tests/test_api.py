@@ -81,7 +81,8 @@ def test_bad_constructor_arguments_say_what_to_change(kwargs: dict, message: str
 
 
 @pytest.mark.timeout(60)
-def test_layouts_and_autoreset_spellings() -> None:
+def test_layouts_and_autoreset_spellings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("subvec.vector.usable_cpus", lambda: 2)  # more workers than CPUs
     envs = SubprocVectorEnv(
         [make_zoo("box_f32")] * 7, envs_per_worker=3, autoreset_mode="same_step"
     )
@@ -176,3 +177,12 @@ def test_spin_policy_follows_the_usable_cpus(
             envs.step(envs.action_space.sample())
     finally:
         envs.close()
+
+
+def test_the_partner_gets_the_smaller_share() -> None:
+    from subvec.vector import _split
+
+    assert _split(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    assert _split(7, 3, extra_last=True) == [(0, 2), (2, 4), (4, 7)]
+    assert _split(16, 2, extra_last=True) == [(0, 8), (8, 16)]
+    assert _split(3, 3, extra_last=True) == [(0, 1), (1, 2), (2, 3)]
