@@ -283,6 +283,7 @@ ALL_IMPLS = (
     "async_pipe",
     "sb3_subproc",
     "sb3_dummy",
+    "limit_sync",
     "limit",
 )
 #: label and plot style of each implementation
@@ -298,6 +299,7 @@ IMPL_LABELS = {
     "async_pipe": "gymnasium AsyncVectorEnv (pipes)",
     "sb3_subproc": "SB3 SubprocVecEnv",
     "sb3_dummy": "SB3 DummyVecEnv",
+    "limit_sync": "limit in lock step (W processes, a barrier per step)",
     "limit": "limit (W independent processes)",
 }
 
@@ -514,9 +516,23 @@ def run_vector(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _limit_worker(
-    factory: Any, count: int, seed: int, warmup: float, duration: float, barrier: Any, out: Any
+    factory: Any,
+    count: int,
+    seed: int,
+    warmup: float,
+    duration: float,
+    barrier: Any,
+    out: Any,
+    rounds: Any = None,
+    me: int = 0,
 ) -> None:
-    """One process of the limit: ``count`` envs stepped in a tight loop, no IPC while timed."""
+    """One process of the limit: ``count`` envs stepped in a tight loop, no IPC while timed.
+
+    With ``rounds`` (lock step), after each round the process spins until every process has
+    finished that round: the best any synchronous vector env can do, since its step ends when
+    the slowest worker's share is done, with zero cost for the wait itself. ``rounds[width]``
+    is the stop flag the first process to finish raises so that nobody waits for it forever.
+    """
     import psutil
 
     envs = [factory() for _ in range(count)]
@@ -530,8 +546,17 @@ def _limit_worker(
             if terminated or truncated:
                 env.reset()
 
+    def step_in_lock_step(batch: Any) -> None:
+        step(batch)
+        width = len(rounds) - 1
+        done = rounds[me] = rounds[me] + 1
+        while min(rounds[:width]) < done and not rounds[width]:
+            pass
+
     barrier.wait()
-    result = timed_loop(step, actions, warmup, duration)
+    result = timed_loop(step if rounds is None else step_in_lock_step, actions, warmup, duration)
+    if rounds is not None:
+        rounds[len(rounds) - 1] = 1
     info = psutil.Process().memory_full_info()
     result.update(uss_mb=info.uss / 2**20, pss_mb=info.pss / 2**20)
     out.put(result)
@@ -548,6 +573,7 @@ def run_limit(cfg: dict[str, Any]) -> dict[str, Any]:
     ctx = multiprocessing.get_context("fork")  # a fresh interpreter: fork is safe and cheap
     barrier = ctx.Barrier(width + 1)
     out = ctx.SimpleQueue()
+    rounds = ctx.RawArray("q", width + 1) if cfg["impl"] == "limit_sync" else None
     start = time.perf_counter()
     procs = [
         ctx.Process(
@@ -560,6 +586,8 @@ def run_limit(cfg: dict[str, Any]) -> dict[str, Any]:
                 cfg["duration"],
                 barrier,
                 out,
+                rounds,
+                w,
             ),
         )
         for w, share in enumerate(shares)
@@ -573,8 +601,12 @@ def run_limit(cfg: dict[str, Any]) -> dict[str, Any]:
     foreign_cpu = foreign.cores()
     for proc in procs:
         proc.join()
+    if rounds is not None:  # in lock step the slowest process sets everyone's pace
+        rate = min(p["vec_steps"] / p["elapsed_s"] for p in parts) * n
+    else:
+        rate = sum(p["vec_steps"] * s / p["elapsed_s"] for p, s in zip(parts, shares))
     return {
-        "steps_per_s": sum(p["vec_steps"] * s / p["elapsed_s"] for p, s in zip(parts, shares)),
+        "steps_per_s": rate,
         "vec_steps": min(p["vec_steps"] for p in parts),
         "elapsed_s": max(p["elapsed_s"] for p in parts),
         # the ideal vector step: every process finishes its share at the same time
@@ -595,7 +627,7 @@ def child_main(cfg: dict[str, Any]) -> None:
     if cfg.get("cpus"):
         os.sched_setaffinity(0, cfg["cpus"])
     load = os.getloadavg()[0]
-    result = run_limit(cfg) if cfg["impl"] == "limit" else run_vector(cfg)
+    result = run_limit(cfg) if cfg["impl"] in ("limit", "limit_sync") else run_vector(cfg)
     result.update(load_1m=load, usable_cpus=usable_cpus())
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -621,7 +653,7 @@ PLANS: dict[str, dict[str, tuple[str, str]]] = {
         "simpy": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit"),
     },
     "targets": {
-        w: (n, "subvec,subvec_parent,subvec_nospin,sync,async_shm,limit")
+        w: (n, "subvec,subvec_parent,subvec_nospin,sync,async_shm,limit_sync,limit")
         for w, n in (("cartpole", "16"), ("busy100us", "8"), ("busy1ms", "8"), ("pong", "8"))
     },
     # subvec next to two scratch models of its hot path (experiments/proto_vec.py): today's
@@ -947,6 +979,9 @@ def targets(facts: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
             ok = r["of_limit"] >= share and (ratio is None or (r["x_async"] or 0) >= ratio)
             want = f">= {share:.0%} of the limit" + (f", >= {ratio:g}x Async" if ratio else "")
             got = f"{r['of_limit']:.0%} of the limit, {_fmt(r['x_async'], '.1f')}x Async"
+            lock = by_key.get((workload, "limit_sync", n))
+            if lock and lock["steps_per_s"] and r["steps_per_s"]:
+                got += f" ({r['steps_per_s'] / lock['steps_per_s']:.0%} of the lock-step limit)"
             out.append(f"| {workload}, {n} envs | {want} | {got} | {'met' if ok else 'MISSED'} |")
     else:
         for (workload, impl, n), r in sorted(by_key.items()):
@@ -1043,6 +1078,7 @@ STYLES = {
     "async_pipe": ("tab:olive", "--", "d"),
     "sb3_subproc": ("tab:purple", ":", "P"),
     "sb3_dummy": ("tab:brown", ":", "X"),
+    "limit_sync": ("gray", "-.", None),
     "limit": ("black", "-.", None),
 }
 
