@@ -933,21 +933,53 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key in FIELDS:
             row[key] = _median([r.get(key) for r in ok])
         row["all_steps_per_s"] = [round(r["steps_per_s"]) for r in ok]
+        row["repeats"] = [r.get("repeat") for r in ok]
         rows.append(row)
-    by_key = {(r["workload"], r["impl"], r["num_envs"]): r for r in rows}
-    for row in rows:
-        rate = row["steps_per_s"]
-        peer = by_key.get((row["workload"], "async_shm", row["num_envs"]), {}).get("steps_per_s")
-        limit = by_key.get((row["workload"], "limit", row["num_envs"]), {}).get("steps_per_s")
-        row["x_async"] = rate / peer if rate and peer else None
-        row["of_limit"] = rate / limit if rate and limit else None
+    add_ratios(rows)
     return rows
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """``x_async``, ``of_limit`` and ``of_lock_step`` for each row, in place.
+
+    Ratios pair each repeat with the same repeat of the reference: a repeat runs every
+    implementation of a configuration back to back, so the pair shares the machine's speed of
+    that minute, which drifts by tens of percent on a shared VM. The median of the paired
+    ratios is steadier than the ratio of the medians (used for rows without repeat numbers).
+    """
+    by_key = {(r["workload"], r["impl"], r["num_envs"]): r for r in rows}
+
+    def per_repeat(row: dict[str, Any]) -> dict[Any, float]:
+        reps = row.get("repeats") or []
+        return {rep: v for rep, v in zip(reps, row.get("all_steps_per_s") or []) if v}
+
+    def ratio(row: dict[str, Any], reference: str) -> float | None:
+        ref = by_key.get((row["workload"], reference, row["num_envs"]))
+        if ref is None:
+            return None
+        mine, theirs = per_repeat(row), per_repeat(ref)
+        paired = [mine[rep] / theirs[rep] for rep in mine if rep in theirs]
+        if paired:
+            return statistics.median(paired)
+        rate, ref_rate = row["steps_per_s"], ref["steps_per_s"]
+        return rate / ref_rate if rate and ref_rate else None
+
+    for row in rows:
+        row["x_async"] = ratio(row, "async_shm")
+        row["of_limit"] = ratio(row, "limit")
+        row["of_lock_step"] = ratio(row, "limit_sync")
+        row["of_sync"] = ratio(row, "sync")
 
 
 def load_summary(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     facts = lines[0]["facts"] if lines and "facts" in lines[0] else {}
-    return facts, [row for row in lines if "facts" not in row]
+    rows = [row for row in lines if "facts" not in row]
+    for row in rows:
+        # Older files lack the repeat numbers; their values are stored in repeat order.
+        row.setdefault("repeats", list(range(len(row.get("all_steps_per_s") or []))))
+    add_ratios(rows)
+    return facts, rows
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
@@ -979,16 +1011,14 @@ def targets(facts: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
             ok = r["of_limit"] >= share and (ratio is None or (r["x_async"] or 0) >= ratio)
             want = f">= {share:.0%} of the limit" + (f", >= {ratio:g}x Async" if ratio else "")
             got = f"{r['of_limit']:.0%} of the limit, {_fmt(r['x_async'], '.1f')}x Async"
-            lock = by_key.get((workload, "limit_sync", n))
-            if lock and lock["steps_per_s"] and r["steps_per_s"]:
-                got += f" ({r['steps_per_s'] / lock['steps_per_s']:.0%} of the lock-step limit)"
+            if r.get("of_lock_step"):
+                got += f" ({r['of_lock_step']:.0%} of the lock-step limit)"
             out.append(f"| {workload}, {n} envs | {want} | {got} | {'met' if ok else 'MISSED'} |")
     else:
         for (workload, impl, n), r in sorted(by_key.items()):
-            sync = by_key.get((workload, "sync", n))
-            if impl != "subvec" or not sync or not r["steps_per_s"] or not sync["steps_per_s"]:
+            rel = r.get("of_sync")
+            if impl != "subvec" or not rel:
                 continue
-            rel = r["steps_per_s"] / sync["steps_per_s"]
             out.append(
                 f"| {workload}, {n} envs, one core | >= 90% of SyncVectorEnv | {rel:.0%} of Sync "
                 f"| {'met' if rel >= 0.9 else 'MISSED'} |"

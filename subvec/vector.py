@@ -347,7 +347,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
           replies, so the partner has the CPU meanwhile: two context switches on one CPU per
           step, no cross-CPU wake-up. The scheduler keeps the two together because every
           other CPU is busy with a spinning worker. The other workers spin; the parent
-          doesn't;
+          doesn't (with ``parent_envs`` there is no partner: the parent is busy stepping its
+          own envs, so the workers spin);
         - more workers than CPUs: nobody spins.
         """
         n = self.num_workers
@@ -358,8 +359,10 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         cpus = usable_cpus()
         if n + 1 <= cpus:
             return (DEFAULT_SPIN_US,) * n, DEFAULT_SPIN_US, None
-        if n <= cpus:
+        if n <= cpus and not self.parent_envs:
             return (0.0,) + (DEFAULT_SPIN_US,) * (n - 1), 0.0, 0
+        if n <= cpus:  # the parent is busy with its own envs meanwhile: no partner to sleep for
+            return (DEFAULT_SPIN_US,) * n, 0.0, None
         return (0.0,) * n, 0.0, None
 
     def _build_local_envs(self) -> None:

@@ -146,25 +146,29 @@ def test_remote_proxy_property_and_context_manager() -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
-    ("cpus", "spin_us", "workers", "parent", "partner"),
+    ("cpus", "spin_us", "parent_envs", "workers", "parent", "partner"),
     [
-        (4, None, (300.0, 300.0), 300.0, None),  # a CPU each, the parent's too: all spin
-        (2, None, (0.0, 300.0), 0.0, 0),  # the parent shares worker 0's CPU: those two block
-        (1, None, (0.0, 0.0), 0.0, None),  # more workers than CPUs: nobody spins
-        (2, 50, (50.0, 50.0), 50.0, None),  # an explicit window applies to everyone
-        (2, 0, (0.0, 0.0), 0.0, None),
+        (4, None, 0, (300.0, 300.0), 300.0, None),  # a CPU each, the parent's too: all spin
+        (2, None, 0, (0.0, 300.0), 0.0, 0),  # the parent shares worker 0's CPU: both block
+        (2, None, 1, (300.0, 300.0), 0.0, None),  # the parent steps envs: no partner
+        (1, None, 0, (0.0, 0.0), 0.0, None),  # more workers than CPUs: nobody spins
+        (2, 50, 0, (50.0, 50.0), 50.0, None),  # an explicit window applies to everyone
+        (2, 0, 0, (0.0, 0.0), 0.0, None),
     ],
 )
 def test_spin_policy_follows_the_usable_cpus(
     cpus: int,
     spin_us: float | None,
+    parent_envs: int,
     workers: tuple[float, ...],
     parent: float,
     partner: int | None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("subvec.vector.usable_cpus", lambda: cpus)
-    envs = SubprocVectorEnv([make_zoo("box_f32")] * 4, num_workers=2, spin_us=spin_us)
+    envs = SubprocVectorEnv(
+        [make_zoo("box_f32")] * 4, num_workers=2, spin_us=spin_us, parent_envs=parent_envs
+    )
     try:
         assert envs._worker_spin_us == workers
         assert envs._parent_spin_us == parent

@@ -1,0 +1,159 @@
+"""Two versions of subvec side by side: interleaved rounds, the limit measured in every round.
+
+Each round runs the limit (W free-running processes, as in bench_vector.py) and then every
+labelled checkout, each in a fresh interpreter with that checkout first on ``sys.path``, and
+reports the medians of the per-round shares of the limit. Use it to judge a hot-path change on
+a machine whose speed drifts from minute to minute (ratios within a round, not raw rates).
+
+    git worktree add /tmp/base HEAD~1
+    python benchmarks/experiments/ab_checkouts.py --rounds 4 \\
+        --workload cartpole --num-envs 16 base=/tmp/base new=.
+
+Workloads: ``cartpole``, ``busy<N>`` (bench_vector.py's BusyEnv with N us of work a step),
+``pong``. Extra constructor arguments: ``--kwargs "{'spin_us': 0}"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def factory(workload: str) -> Any:
+    sys.path.insert(0, str(HERE.parent))
+    import bench_vector as bv
+
+    if workload == "cartpole":
+        return functools.partial(bv._make_gym, "CartPole-v1", None)
+    if workload == "pong":
+        return functools.partial(bv._make_gym, "ALE/Pong-v5", "ale_py")
+    if workload.startswith("busy"):
+        return functools.partial(bv.BusyEnv, int(int(workload[4:]) * bv.calibrate(0.1)), (4,))
+    raise SystemExit(f"unknown workload {workload!r}")
+
+
+def child_vector(workload: str, n: int, kwargs: dict[str, Any], seconds: float) -> float:
+    import subvec
+
+    envs = subvec.SubprocVectorEnv([factory(workload)] * n, **kwargs)
+    try:
+        envs.reset(seed=0)
+        actions = [envs.action_space.sample() for _ in range(64)]
+        for i in range(200):
+            envs.step(actions[i % 64])
+        start, k = time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            envs.step(actions[k % 64])
+            k += 1
+        return n * k / (time.perf_counter() - start)
+    finally:
+        envs.close()
+
+
+def _limit_part(make: Any, count: int, seconds: float, go: Any, out: Any) -> None:
+    envs = [make() for _ in range(count)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+    actions = [envs[0].action_space.sample() for _ in range(64)]
+    go.wait()
+    start, k = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        for env in envs:
+            _, _, terminated, truncated, _ = env.step(actions[k % 64])
+            if terminated or truncated:
+                env.reset()
+        k += 1
+    out.put(count * k / (time.perf_counter() - start))
+
+
+def child_limit(workload: str, n: int, seconds: float) -> float:
+    import multiprocessing as mp
+
+    width = min(n, len(os.sched_getaffinity(0)))
+    shares = [n // width + (1 if w < n % width else 0) for w in range(width)]
+    ctx = mp.get_context("fork")
+    go, out = ctx.Barrier(width + 1), ctx.SimpleQueue()
+    procs = [
+        ctx.Process(target=_limit_part, args=(factory(workload), s, seconds, go, out))
+        for s in shares
+    ]
+    for proc in procs:
+        proc.start()
+    go.wait()
+    rate = sum(out.get() for _ in procs)
+    for proc in procs:
+        proc.join()
+    return rate
+
+
+def run_child(spec: dict[str, Any], path: str | None) -> float:
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(path).resolve()), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd="/",  # not the repo root, so that PYTHONPATH decides which subvec is imported
+        check=False,
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("RATE "):
+            return float(line.split()[1])
+    raise RuntimeError(f"child failed: {done.stderr[-2000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkouts", nargs="*", help="label=path")
+    parser.add_argument("--workload", default="cartpole")
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--kwargs", default="{}")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--child")
+    args = parser.parse_args()
+    if args.child:
+        spec = json.loads(args.child)
+        if spec["what"] == "limit":
+            rate = child_limit(spec["workload"], spec["n"], spec["seconds"])
+        else:
+            rate = child_vector(spec["workload"], spec["n"], spec["kwargs"], spec["seconds"])
+        print(f"RATE {rate}")
+        return
+    labelled = [tuple(c.split("=", 1)) for c in args.checkouts]
+    base = {"workload": args.workload, "n": args.num_envs, "seconds": args.seconds}
+    kwargs = ast.literal_eval(args.kwargs)
+    shares: dict[str, list[float]] = {label: [] for label, _ in labelled}
+    rates: dict[str, list[float]] = {label: [] for label, _ in labelled}
+    for r in range(args.rounds):
+        limit = run_child({**base, "what": "limit"}, None)
+        order = labelled[r % len(labelled) :] + labelled[: r % len(labelled)]
+        for label, path in order:
+            rate = run_child({**base, "what": "vector", "kwargs": kwargs}, path)
+            rates[label].append(rate)
+            shares[label].append(rate / limit)
+        print(f"round {r + 1}: limit {limit:,.0f} steps/s", flush=True)
+    print(f"{args.workload} x {args.num_envs}, {kwargs or 'defaults'}, {args.rounds} rounds")
+    for label, _ in labelled:
+        each = ", ".join(f"{s:.0%}" for s in shares[label])
+        print(
+            f"  {label:12s} {statistics.median(rates[label]):10,.0f} steps/s, "
+            f"{statistics.median(shares[label]):.0%} of the limit (rounds: {each})"
+        )
+
+
+if __name__ == "__main__":
+    main()
