@@ -644,13 +644,13 @@ PLANS: dict[str, dict[str, tuple[str, str]]] = {
         "busy100us": ("4", "subvec,sync,async_shm,limit"),
     },
     "full": {
-        "cartpole": ("2,4,8,16,32,64", f"subvec,subvec_w1,{PEERS},sb3_dummy,limit"),
-        "busy100us": ("2,4,8,16,32,64", f"subvec,subvec_w1,{PEERS},limit"),
-        "busy1ms": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit"),
-        "busy100us_84x84x3": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit"),
-        "pong": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit"),
-        "halfcheetah": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit"),
-        "simpy": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit"),
+        "cartpole": ("2,4,8,16,32,64", f"subvec,subvec_w1,{PEERS},sb3_dummy,limit_sync,limit"),
+        "busy100us": ("2,4,8,16,32,64", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
+        "busy1ms": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
+        "busy100us_84x84x3": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
+        "pong": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
+        "halfcheetah": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
+        "simpy": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
     },
     "targets": {
         w: (n, "subvec,subvec_parent,subvec_nospin,sync,async_shm,limit_sync,limit")
