@@ -161,6 +161,8 @@ class WorkerPool:
         #: seconds to busy-poll for replies before blocking (0: block at once)
         self.spin_s = 0.0
         self._poller: tuple[select.poll, dict[int, tuple[Worker, bool]]] | None = None
+        #: a moving average of how long a whole-pool gather has been waiting
+        self._wait_estimate = 0.0
         #: the worker that shares the parent's CPU (see ``gather``), if any
         self.wait_first: int | None = None
         self._first_poller: tuple[Worker, select.poll] | None = None
@@ -301,7 +303,11 @@ class WorkerPool:
                     poller.register(fd, select.POLLIN)
         # Busy-poll first (bounded) when the pool was told cores are free for it: blocking
         # costs a sleep and a wake-up, which on a VM can exceed a cheap env's whole step.
-        spin_until = time.perf_counter() + self.spin_s if self.spin_s else 0.0
+        # Only while replies have been coming within the window (see the worker's serve loop):
+        # for slow envs the spin would only burn the window and slow a sibling vCPU down.
+        started = time.perf_counter()
+        spinning = self.spin_s and self._wait_estimate < self.spin_s
+        spin_until = started + self.spin_s if spinning else 0.0
         first = self.wait_first
         if first is not None and kept and not spin_until and len(pending) > 1 and first in pending:
             # The partner (the worker that shares our CPU) starts last and so ends last: sleep
@@ -354,7 +360,8 @@ class WorkerPool:
                     assert isinstance(reply, tuple)
                     replies[worker.index] = reply
                     worker.expected = None
-
+        if kept and not failures:
+            self._wait_estimate = 0.5 * (self._wait_estimate + time.perf_counter() - started)
         return replies, failures
 
     def _read(self, worker: Worker) -> Reply | object:
