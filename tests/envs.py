@@ -192,3 +192,24 @@ def crash_fns(num_envs: int, crash_at: int, how: str, **kw: Any) -> list[Any]:
         return CrashEnv(how, max_steps=10**6, terminate_prob=0.0, **kw)
 
     return [crashing if i == crash_at else healthy for i in range(num_envs)]
+
+
+class ScalarInfoEnv(ZooEnv):
+    """Infos of scalars only, as MuJoCo and Atari envs report them every step, with keys that
+    come and go and one key whose type changes now and then (int instead of float)."""
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, _ = super().step(action)
+        u = self.np_random.random(6)
+        info: dict[str, Any] = {}
+        if u[0] < 0.8:
+            info["x_position"] = float(u[1])
+        if u[2] < 0.5:
+            info["lives"] = int(u[3] * 5)
+        if u[4] < 0.3:
+            info["flag"] = bool(u[5] > 0.5)
+            info["f32"] = np.float32(u[5])
+            info["i64"] = np.int64(self.t)
+        if u[5] < 0.05:
+            info["x_position"] = 1  # an int where the other envs report floats
+        return obs, reward, terminated, truncated, info

@@ -14,7 +14,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from subvec import SubprocVectorEnv
-from tests.envs import ZooEnv, make_zoo, space_zoo
+from tests.envs import ScalarInfoEnv, ZooEnv, make_zoo, space_zoo
 from tests.helpers import assert_same
 
 MODES = list(AutoresetMode)
@@ -278,3 +278,12 @@ def test_parent_envs_serve_calls_and_attributes() -> None:
         assert len(envs.worker_pids) == 1
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_scalar_infos_take_the_columnar_path_and_match_sync(mode: AutoresetMode) -> None:
+    # Scalar-only infos are merged a column at a time (vector._merge_scalar_infos); keys that
+    # come and go and a key that changes type must still give SyncVectorEnv's exact arrays.
+    fns = [lambda: ScalarInfoEnv(terminate_prob=0.02) for _ in range(5)]
+    run_side_by_side(fns, mode, steps=300, num_workers=2)

@@ -10,7 +10,7 @@ a machine whose speed drifts from minute to minute (ratios within a round, not r
         --workload cartpole --num-envs 16 base=/tmp/base new=.
 
 Workloads: ``cartpole``, ``busy<N>`` (bench_vector.py's BusyEnv with N us of work a step),
-``pong``. Extra constructor arguments: ``--kwargs "{'spin_us': 0}"``.
+``pong``, ``halfcheetah``. Extra constructor arguments: ``--kwargs "{'spin_us': 0}"``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def factory(workload: str) -> Any:
         return functools.partial(bv._make_gym, "CartPole-v1", None)
     if workload == "pong":
         return functools.partial(bv._make_gym, "ALE/Pong-v5", "ale_py")
+    if workload == "halfcheetah":
+        return functools.partial(bv._make_gym, "HalfCheetah-v5", "mujoco")
     if workload.startswith("busy"):
         return functools.partial(bv.BusyEnv, int(int(workload[4:]) * bv.calibrate(0.1)), (4,))
     raise SystemExit(f"unknown workload {workload!r}")
