@@ -108,7 +108,7 @@ def release(resources: PoolResources) -> None:
             try:
                 proto.write_frame(worker.cmd_fd, Command.CLOSE, worker.seq + 1)
             except (OSError, ValueError):
-                pass
+                pass  # it is dying already; terminate() below makes sure
     terminate(workers, grace=TERMINATE_GRACE)
     for worker in workers:
         worker.cmd_conn.close()
@@ -166,6 +166,11 @@ class WorkerPool:
         #: the worker that shares the parent's CPU (see ``gather``), if any
         self.wait_first: int | None = None
         self._first_poller: tuple[Worker, select.poll] | None = None
+        self._send_order: list[Worker] | None = None
+
+    def _forget_workers(self) -> None:
+        """Drop what is kept per set of workers (after a start or a replacement)."""
+        self._poller = self._first_poller = self._send_order = None
 
     @property
     def workers(self) -> list[Worker]:
@@ -212,7 +217,7 @@ class WorkerPool:
         """Start every worker; ``handshake`` then waits until each has built its envs."""
         for index in range(len(self.bounds)):
             self.workers.append(self.spawn(index))
-        self._poller = self._first_poller = None
+        self._forget_workers()
 
     def handshake(self, workers: Sequence[Worker], timeout: float | None) -> None:
         replies, failures = self.gather(workers, timeout, "building the envs")
@@ -236,13 +241,15 @@ class WorkerPool:
         """Send ``command`` with an empty payload to every worker (the per-step hot path)."""
         pack = proto.HEADER.pack
         write = os.write
-        workers = self.resources.workers
-        if self.wait_first is not None:
-            # The partner last: waking it on our CPU may hand it the CPU at once (wake-up
-            # preemption), and the other workers must have their command before that.
+        if self._send_order is None:
+            workers = self.resources.workers
             first = self.wait_first
-            workers = [w for w in workers if w.index != first] + [workers[first]]
-        for worker in workers:
+            if first is not None:
+                # The partner last: waking it on our CPU may hand it the CPU at once (wake-up
+                # preemption), and the other workers must have their command before that.
+                workers = [w for w in workers if w.index != first] + [workers[first]]
+            self._send_order = list(workers)
+        for worker in self._send_order:
             seq = worker.seq = worker.seq + 1
             worker.expected = seq
             try:
@@ -365,16 +372,8 @@ class WorkerPool:
         return replies, failures
 
     def _read(self, worker: Worker) -> Reply | object:
-        fd = worker.reply_fd
         try:
-            # One read takes a whole payload-less reply, the per-step case.
-            head = os.read(fd, proto.HEADER.size)
-            if len(head) < proto.HEADER.size:
-                if not head:
-                    return _DEAD
-                head += proto.read_exact(fd, proto.HEADER.size - len(head))
-            length, code, seq = proto.HEADER.unpack(head)
-            payload = proto.read_exact(fd, length) if length else b""
+            code, seq, payload = proto.read_frame(worker.reply_fd)
         except (EOFError, OSError):
             return _DEAD
         if seq != worker.expected:
@@ -412,7 +411,7 @@ class WorkerPool:
         worker.reply_conn.close()
         new = self.spawn(worker.index)
         self.workers[worker.index] = new
-        self._poller = self._first_poller = None
+        self._forget_workers()
         self.handshake([new], timeout)
         self.send(new, Command.ATTACH, attach_payload)
         replies, failures = self.gather([new], timeout, "attaching the shared block")

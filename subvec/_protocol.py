@@ -38,7 +38,6 @@ __all__ = [
     "Status",
     "dumps",
     "loads",
-    "read_exact",
     "read_frame",
     "rebuild_remote_error",
     "write_frame",
@@ -87,7 +86,7 @@ def write_frame(fd: int, code: int, seq: int, payload: bytes = b"") -> None:
             view = view[os.write(fd, view) :]
 
 
-def read_exact(fd: int, size: int) -> bytes:
+def _read_exact(fd: int, size: int) -> bytes:
     chunk = os.read(fd, size)
     if len(chunk) == size:
         return chunk
@@ -106,8 +105,8 @@ def read_exact(fd: int, size: int) -> bytes:
 
 def read_frame(fd: int) -> tuple[int, int, bytes]:
     """Read one frame: (code, seq, payload). Raises EOFError when the writer is gone."""
-    length, code, seq = HEADER.unpack(read_exact(fd, HEADER.size))
-    payload = read_exact(fd, length) if length else b""
+    length, code, seq = HEADER.unpack(_read_exact(fd, HEADER.size))
+    payload = _read_exact(fd, length) if length else b""
     return code, seq, payload
 
 

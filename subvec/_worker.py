@@ -93,7 +93,7 @@ def worker_main(
         try:
             os.close(fd)
         except OSError:
-            pass
+            pass  # already closed: nothing of ours to release
     _watch_parent()
     report = apply_placement(placement)
     cmd_fd, reply_fd = cmd_conn.fileno(), reply_conn.fileno()
@@ -109,7 +109,7 @@ def worker_main(
             try:
                 env.close()
             except Exception:
-                pass
+                pass  # the construction error is the one to report; it is already sent
         return
 
     slab = EnvSlab(envs, first_env, AutoresetMode(autoreset_mode))
@@ -185,8 +185,6 @@ class _Server:
         slab = self.slab
         if command is Command.STEP:  # first: the per-step case
             result = slab.step(proto.loads(payload) if payload else None)
-            if not result.infos and not result.obs:
-                return Status.OK, b""
         elif command is Command.RESET:
             seeds, options, mask = proto.loads(payload)
             result = slab.reset(seeds, options, mask)

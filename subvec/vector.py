@@ -359,11 +359,11 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         cpus = usable_cpus()
         if n + 1 <= cpus:
             return (DEFAULT_SPIN_US,) * n, DEFAULT_SPIN_US, None
-        if n <= cpus and not self.parent_envs:
-            return (0.0,) + (DEFAULT_SPIN_US,) * (n - 1), 0.0, 0
-        if n <= cpus:  # the parent is busy with its own envs meanwhile: no partner to sleep for
+        if n > cpus:
+            return (0.0,) * n, 0.0, None
+        if self.parent_envs:  # the parent is busy with its own envs meanwhile: no partner
             return (DEFAULT_SPIN_US,) * n, 0.0, None
-        return (0.0,) * n, 0.0, None
+        return (0.0,) + (DEFAULT_SPIN_US,) * (n - 1), 0.0, 0
 
     def _build_local_envs(self) -> None:
         if not self.parent_envs:
@@ -575,9 +575,6 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             )
 
     def _broadcast(self, command: Command, payloads: Callable[[Worker], bytes] | bytes) -> None:
-        if payloads == b"":
-            self._pool.send_all(command)
-            return
         for worker in self._pool.workers:
             payload = payloads if isinstance(payloads, bytes) else payloads(worker)
             self._pool.send(worker, command, payload)
@@ -793,7 +790,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         if self._store_actions is not None:
             # Validates every leaf before writing any, so a rejected batch changes nothing.
             self._store_actions(actions)
-            self._broadcast(Command.STEP, b"")
+            self._pool.send_all(Command.STEP)
             if self._local is not None:
                 self._local_pending = self._local.step
         else:
@@ -855,33 +852,25 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             for i in restarted:
                 per_env[i]["worker_restarted"] = True
             return per_env
-        infos: dict[str, Any] = {}
-        legacy = self.info_format == "legacy"
-        if not legacy and not restarted:
-            events = [
-                (lo + local, info)
-                for lo, data in parts
-                if data is not None
-                for local, info in data[0]
-            ]
-            flat = _merge_scalar_infos(events, self.num_envs)
-            if flat is not None:
-                return flat
-        for lo, data in parts:
-            if data is None:
-                continue
-            events = data[0]
-            if legacy:
-                for env_index, info in _legacy_events(events, lo):
-                    infos = _add_info_legacy(infos, info, env_index, self.num_envs)
-            else:
-                for local, info in events:
-                    infos = self._add_info(infos, info, lo + local)
-        for i in restarted:
-            if legacy:
+        if self.info_format == "legacy":
+            infos: dict[str, Any] = {}
+            for lo, data in parts:
+                if data is not None:
+                    for env_index, info in _legacy_events(data[0], lo):
+                        infos = _add_info_legacy(infos, info, env_index, self.num_envs)
+            for i in restarted:
                 infos = _add_info_legacy(infos, {"worker_restarted": True}, i, self.num_envs)
-            else:
-                infos = self._add_info(infos, {"worker_restarted": True}, i)
+            return infos
+        events = [
+            (lo + local, info) for lo, data in parts if data is not None for local, info in data[0]
+        ]
+        events += [(i, {"worker_restarted": True}) for i in restarted]
+        merged = _merge_scalar_infos(events, self.num_envs)
+        if merged is not None:
+            return merged
+        infos = {}
+        for env_index, info in events:
+            infos = self._add_info(infos, info, env_index)
         return infos
 
     # --- call / attributes ------------------------------------------------------------------
