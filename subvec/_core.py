@@ -114,33 +114,43 @@ class EnvSlab:
         arrays = self.arrays
         assert arrays is not None, "bind() first"
         read = arrays.read_action
+        write = arrays.write_obs
         rewards, terms, truncs = arrays.rewards, arrays.terminations, arrays.truncations
-        mode = self.autoreset_mode
+        next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        needs_reset = self.needs_reset
         result = SlabResult()
         infos = result.infos
-        for i, env in enumerate(self.envs):
+        i = 0
+        try:
+            for i, env in enumerate(self.envs):
+                if next_step and needs_reset[i]:
+                    obs, info = env.reset()
+                    rewards[i] = 0.0
+                    terms[i] = False
+                    truncs[i] = False
+                    needs_reset[i] = False
+                else:
+                    action = read(i) if read is not None else actions[i]  # type: ignore[index]
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    rewards[i] = reward
+                    terms[i] = terminated
+                    truncs[i] = truncated
+                    if terminated or truncated:
+                        if same_step:
+                            infos.append((i, {"final_obs": obs, "final_info": info}))
+                            obs, info = env.reset()
+                        else:
+                            needs_reset[i] = True
+                if write is not None:
+                    write(obs, i)
+                else:
+                    self._emit_obs(result, i, obs)
+                if info:
+                    infos.append((i, info))
+        finally:
+            # Which env raised (error reports name it); set once, not per env.
             self.current = i
-            if mode is AutoresetMode.NEXT_STEP and self.needs_reset[i]:
-                obs, info = env.reset()
-                rewards[i] = 0.0
-                terms[i] = False
-                truncs[i] = False
-                self.needs_reset[i] = False
-            else:
-                action = read(i) if read is not None else actions[i]  # type: ignore[index]
-                obs, reward, terminated, truncated, info = env.step(action)
-                rewards[i] = reward
-                terms[i] = terminated
-                truncs[i] = truncated
-                if terminated or truncated:
-                    if mode is AutoresetMode.SAME_STEP:
-                        infos.append((i, {"final_obs": obs, "final_info": info}))
-                        obs, info = env.reset()
-                    else:
-                        self.needs_reset[i] = True
-            self._emit_obs(result, i, obs)
-            if info:
-                infos.append((i, info))
         return result
 
     def call(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:

@@ -79,17 +79,18 @@ def wait_until(predicate: Any, bound: float) -> bool:
 
 @pytest.mark.timeout(60)
 def test_env_error_in_step_keeps_type_index_pid_and_traceback() -> None:
-    envs = SubprocVectorEnv(crash_fns(4, 2, "raise"), num_workers=2)
+    # Env 3 is worker 1's second env: the report names the env that raised, not its worker's first.
+    envs = SubprocVectorEnv(crash_fns(4, 3, "raise"), num_workers=2)
     try:
         envs.reset(seed=0)
         with pytest.raises(KeyError) as info:
             envs.step(envs.action_space.sample())
         err = info.value
         assert isinstance(err, EnvError) and isinstance(err, subvec.SubvecError)
-        assert err.env_index == 2
+        assert err.env_index == 3
         assert err.worker_pid == worker_pids(envs)[1]
         assert err.command == "step"
-        assert "env 2" in str(err) and f"pid {err.worker_pid}" in str(err) and "boom" in str(err)
+        assert "env 3" in str(err) and f"pid {err.worker_pid}" in str(err) and "boom" in str(err)
         assert isinstance(err.__cause__, RemoteTraceback)
         assert "_misbehave" in err.__cause__.text and "KeyError" in err.__cause__.text
         # The vector env stays usable: reset and step again.

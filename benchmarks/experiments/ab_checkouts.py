@@ -11,6 +11,12 @@ a machine whose speed drifts from minute to minute (ratios within a round, not r
 
 Workloads: ``cartpole``, ``busy<N>`` (bench_vector.py's BusyEnv with N us of work a step),
 ``pong``, ``halfcheetah``. Extra constructor arguments: ``--kwargs "{'spin_us': 0}"``.
+
+A checkout may force how the envs are split between the workers (third round: is an uneven
+split better when worker 0 shares its CPU with the parent?): ``label=path:6,10`` gives worker 0
+envs 0..5 and worker 1 envs 6..15, whatever ``_split`` would choose.
+
+    python benchmarks/experiments/ab_checkouts.py --num-envs 16 even=. w0_6=.:6,10 w0_4=.:4,12
 """
 
 from __future__ import annotations
@@ -45,8 +51,20 @@ def factory(workload: str) -> Any:
     raise SystemExit(f"unknown workload {workload!r}")
 
 
-def child_vector(workload: str, n: int, kwargs: dict[str, Any], seconds: float) -> float:
+def child_vector(
+    workload: str, n: int, kwargs: dict[str, Any], seconds: float, split: list[int] | None = None
+) -> float:
     import subvec
+
+    if split:
+        bounds = [(sum(split[:w]), sum(split[: w + 1])) for w in range(len(split))]
+
+        def forced(num_envs: int, num_workers: int, extra_last: bool = False) -> list[Any]:
+            if (num_envs, num_workers) != (bounds[-1][1], len(bounds)):
+                raise SystemExit(f"split {split} does not fit {num_envs} envs / {num_workers}")
+            return bounds
+
+        subvec.vector._split = forced  # type: ignore[attr-defined]
 
     envs = subvec.SubprocVectorEnv([factory(workload)] * n, **kwargs)
     try:
@@ -132,10 +150,17 @@ def main() -> None:
         if spec["what"] == "limit":
             rate = child_limit(spec["workload"], spec["n"], spec["seconds"])
         else:
-            rate = child_vector(spec["workload"], spec["n"], spec["kwargs"], spec["seconds"])
+            rate = child_vector(
+                spec["workload"], spec["n"], spec["kwargs"], spec["seconds"], spec.get("split")
+            )
         print(f"RATE {rate}")
         return
-    labelled = [tuple(c.split("=", 1)) for c in args.checkouts]
+    labelled, splits = [], {}
+    for item in args.checkouts:
+        label, _, where = item.partition("=")
+        path, _, split = where.partition(":")
+        labelled.append((label, path))
+        splits[label] = [int(k) for k in split.split(",")] if split else None
     base = {"workload": args.workload, "n": args.num_envs, "seconds": args.seconds}
     kwargs = ast.literal_eval(args.kwargs)
     shares: dict[str, list[float]] = {label: [] for label, _ in labelled}
@@ -144,7 +169,8 @@ def main() -> None:
         limit = run_child({**base, "what": "limit"}, None)
         order = labelled[r % len(labelled) :] + labelled[: r % len(labelled)]
         for label, path in order:
-            rate = run_child({**base, "what": "vector", "kwargs": kwargs}, path)
+            spec = {**base, "what": "vector", "kwargs": kwargs, "split": splits[label]}
+            rate = run_child(spec, path)
             rates[label].append(rate)
             shares[label].append(rate / limit)
         print(f"round {r + 1}: limit {limit:,.0f} steps/s", flush=True)
