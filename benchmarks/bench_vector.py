@@ -305,7 +305,10 @@ IMPL_LABELS = {
 
 
 def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0))
+    """Affinity capped by a cgroup CPU quota, as subvec's defaults count them."""
+    from subvec._topology import usable_cpus as subvec_usable_cpus
+
+    return subvec_usable_cpus()
 
 
 def build_vector(impl: str, fns: list[Any]) -> tuple[Any, str]:

@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from subvec._topology import usable_cpus
+
 __all__ = ["IMPLEMENTATIONS", "add_cli_parser", "run_bench"]
 
 #: name -> label of the implementations the command compares
@@ -112,7 +114,8 @@ def _run_limit(cfg: dict[str, Any]) -> dict[str, float]:
     import multiprocessing
 
     n = int(cfg["num_envs"])
-    width = min(n, len(os.sched_getaffinity(0)))
+    # The limit uses as many CPUs as subvec's defaults may (a CPU quota counts, see usable_cpus).
+    width = min(n, usable_cpus())
     shares = [n // width + (1 if w < n % width else 0) for w in range(width)]
     # This interpreter is fresh and single-threaded, so fork is safe and the cheapest start.
     ctx = multiprocessing.get_context("fork")
@@ -399,10 +402,7 @@ def add_cli_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
 
 def _cli_bench(args: argparse.Namespace) -> int:
     impls = [i for i in args.impls.split(",") if i]
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(
         f"{args.env_id}: {os.cpu_count()} CPUs ({cpus} usable), load average {load}; "

@@ -461,10 +461,3 @@ def raise_env_errors(workers: Sequence[Worker], replies: Sequence[Reply]) -> Non
         )
         add_note(first, f"{len(errors) - 1} more env(s) failed in the same call: {others}")
     raise first
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1

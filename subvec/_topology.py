@@ -45,10 +45,12 @@ __all__ = [
     "Topology",
     "add_cli_parser",
     "apply_placement",
+    "cpu_quota",
     "discover",
     "format_cpulist",
     "parse_cpulist",
     "plan_placement",
+    "usable_cpus",
 ]
 
 PIN_MODES = ("node", "core")
@@ -523,6 +525,83 @@ def apply_placement(placement: Placement | None, *, prefer_memory: bool = True) 
 
 
 # --------------------------------------------------------------------------------------------
+# How many CPUs' worth of time we may use: affinity and the cgroup CPU bandwidth limit
+# --------------------------------------------------------------------------------------------
+
+
+def _cgroup_entries(proc_cgroup: Path) -> list[tuple[list[str], str]]:
+    """``/proc/self/cgroup`` as (controllers, path) pairs; cgroup v2's line has no controller."""
+    text = _read_text(proc_cgroup)
+    entries = []
+    for line in (text or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            entries.append(([c for c in parts[1].split(",") if c], parts[2]))
+    return entries
+
+
+def _walk_up(mount: Path, path: str) -> list[Path]:
+    """The cgroup's directory and its ancestors up to ``mount``. When the path is not under the
+    mount (a container that sees the host's path but has its own cgroup mounted at the root),
+    the mount itself is the cgroup."""
+    leaf = mount / path.lstrip("/")
+    if not leaf.is_dir():
+        return [mount]
+    dirs = [leaf]
+    while dirs[-1] != mount and mount in dirs[-1].parents:
+        dirs.append(dirs[-1].parent)
+    return dirs
+
+
+def cpu_quota(
+    cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
+    proc_cgroup: str | os.PathLike[str] = "/proc/self/cgroup",
+) -> float | None:
+    """The CPU bandwidth limit on this process (``docker --cpus``, a Kubernetes CPU limit), in
+    CPUs (quota / period), or None when there is none or it cannot be read.
+
+    Such a limit caps CPU *time*, not which CPUs: ``sched_getaffinity`` still lists every CPU of
+    the host. It is the tightest ``cpu.max`` (cgroup v2) or ``cpu.cfs_quota_us`` /
+    ``cpu.cfs_period_us`` (v1) on the way from the process's cgroup up to the mount.
+    """
+    root = Path(cgroup_root)
+    limits: list[float] = []
+    for controllers, path in _cgroup_entries(Path(proc_cgroup)):
+        if not controllers:  # cgroup v2
+            for directory in _walk_up(root, path):
+                fields = (_read_text(directory / "cpu.max") or "").split()
+                if len(fields) == 2 and fields[0] != "max":
+                    with contextlib.suppress(ValueError, ZeroDivisionError):
+                        limits.append(int(fields[0]) / int(fields[1]))
+        elif "cpu" in controllers:
+            mounts = [root / ",".join(controllers), root / "cpu,cpuacct", root / "cpu"]
+            mount = next((m for m in mounts if m.is_dir()), None)
+            for directory in _walk_up(mount, path) if mount is not None else []:
+                quota = (_read_text(directory / "cpu.cfs_quota_us") or "").strip()
+                period = (_read_text(directory / "cpu.cfs_period_us") or "").strip()
+                with contextlib.suppress(ValueError, ZeroDivisionError):
+                    if int(quota) > 0:
+                        limits.append(int(quota) / int(period))
+    positive = [limit for limit in limits if limit > 0]
+    return min(positive) if positive else None
+
+
+def usable_cpus() -> int:
+    """CPUs this process can keep busy at once: its affinity, capped by the CPU bandwidth
+    limit rounded down (at least 1). A 1.5-CPU limit counts as one CPU: spinning workers or a
+    second worker would exhaust the quota and get the whole cgroup throttled (stopped until the
+    next period, 100 ms by default), far worse than leaving half a CPU unused."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        count = os.cpu_count() or 1
+    limit = cpu_quota()
+    if limit is not None:
+        count = min(count, max(1, int(limit)))
+    return count
+
+
+# --------------------------------------------------------------------------------------------
 # CLI: ``python -m subvec topology``
 # --------------------------------------------------------------------------------------------
 
@@ -566,6 +645,10 @@ def _cli_topology(args: argparse.Namespace) -> int:
     print(f"source:  {topology.source}")
     print(f"online:  {online}")
     print(f"allowed: {format_cpulist(topology.allowed)} ({len(topology.allowed)} CPUs)")
+    quota = cpu_quota()
+    limit = "none" if quota is None else f"{quota:g} CPUs (cgroup CPU bandwidth limit)"
+    print(f"quota:   {limit}")
+    print(f"usable:  {usable_cpus()} CPUs (the default number of workers is at most this)")
     print(f"nodes:   {len(topology.nodes)}")
     for node, cpus in topology.nodes.items():
         n_cores = len({topology.core_of(cpu) for cpu in cpus})

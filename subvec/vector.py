@@ -50,11 +50,11 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 from subvec import _protocol as proto
 from subvec import _spaces
 from subvec._core import EnvSlab, SlabArrays, SlabResult
-from subvec._pool import Failure, Reply, Worker, WorkerPool, raise_env_errors, release, usable_cpus
+from subvec._pool import Failure, Reply, Worker, WorkerPool, raise_env_errors, release
 from subvec._protocol import Command, ErrorRecord, Status
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._shm import BlockLayout, SharedBlock
-from subvec._topology import PlacementReport, plan_placement
+from subvec._topology import PlacementReport, plan_placement, usable_cpus
 from subvec._worker import AttachSpec
 from subvec.errors import BrokenVectorEnvError, add_note
 from subvec.proxy import RemoteProxy

@@ -183,6 +183,20 @@ def test_spin_policy_follows_the_usable_cpus(
         envs.close()
 
 
+def test_a_cpu_quota_limits_the_default_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A container limited to one CPU's worth of time (docker --cpus=1) still sees every CPU of
+    # the host in its affinity: the defaults must follow the quota, with nobody spinning.
+    monkeypatch.setattr("subvec._topology.cpu_quota", lambda: 1.0)
+    envs = SubprocVectorEnv([make_zoo("box_f32")] * 4)
+    try:
+        assert envs.num_workers == 1
+        assert envs.spin_us == 0.0 and envs._parent_spin_us == 0.0
+        envs.reset(seed=0)
+        envs.step(envs.action_space.sample())
+    finally:
+        envs.close()
+
+
 def test_the_partner_gets_the_smaller_share() -> None:
     from subvec.vector import _split
 

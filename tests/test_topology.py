@@ -18,10 +18,12 @@ from subvec._topology import (
     PlacementReport,
     Topology,
     apply_placement,
+    cpu_quota,
     discover,
     format_cpulist,
     parse_cpulist,
     plan_placement,
+    usable_cpus,
 )
 
 HAVE_CPUS_0_1 = {0, 1} <= os.sched_getaffinity(0)
@@ -442,6 +444,83 @@ def test_apply_placement_errors() -> None:
     assert os.sched_getaffinity(0) == mine
 
 
+# ---------------------------------------------------------------------------- CPU quota
+
+
+def make_cgroup(root: Path, proc_lines: list[str], files: dict[str, str]) -> tuple[Path, Path]:
+    """A fake cgroup mount under ``root/fs`` (``files``: relative path -> content) and a fake
+    ``/proc/self/cgroup``; returns both paths."""
+    mount = root / "fs"
+    mount.mkdir()
+    for rel, text in files.items():
+        (mount / rel).parent.mkdir(parents=True, exist_ok=True)
+        (mount / rel).write_text(text)
+    proc = root / "proc_cgroup"
+    proc.write_text("".join(line + "\n" for line in proc_lines))
+    return mount, proc
+
+
+@pytest.mark.parametrize(
+    ("proc_lines", "files", "expected"),
+    [
+        # v2: the tightest limit on the way up wins ("max" is no limit)
+        (
+            ["0::/jobs/train"],
+            {"jobs/cpu.max": "300000 100000\n", "jobs/train/cpu.max": "max 100000\n"},
+            3.0,
+        ),
+        (
+            ["0::/a/b"],
+            {"a/cpu.max": "400000 100000\n", "a/b/cpu.max": "150000 100000\n"},
+            1.5,
+        ),
+        # v2 in a container: the host's path is not under the mount, the mount is the cgroup
+        (["0::/kubepods/pod7/c1"], {"cpu.max": "200000 100000\n"}, 2.0),
+        # v1 with the cpu controller (co-mounted with cpuacct); -1 is no limit
+        (
+            ["5:cpu,cpuacct:/docker/abc", "3:memory:/docker/abc"],
+            {
+                "cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "50000\n",
+                "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n",
+            },
+            0.5,
+        ),
+        (
+            ["5:cpu,cpuacct:/"],
+            {"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"},
+            None,
+        ),
+        # no limit, a malformed file, no cpu controller at all: no quota
+        (["0::/"], {"cpu.max": "max 100000\n"}, None),
+        (["0::/"], {"cpu.max": "lots\n"}, None),
+        (["0::/"], {"cpu.max": "100000 0\n"}, None),
+        (["4:memory:/x"], {"x/cpu.max": "100000 100000\n"}, None),
+        ([], {}, None),
+    ],
+)
+def test_cpu_quota_from_a_fake_cgroup_tree(
+    tmp_path: Path, proc_lines: list[str], files: dict[str, str], expected: float | None
+) -> None:
+    mount, proc = make_cgroup(tmp_path, proc_lines, files)
+    assert cpu_quota(mount, proc) == expected
+
+
+def test_cpu_quota_without_proc_file(tmp_path: Path) -> None:
+    assert cpu_quota(tmp_path, tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(
+    ("quota", "expected"),
+    [(None, "all"), (0.5, 1), (1.5, 1), (1.0, 1), (1e6, "all")],
+)
+def test_usable_cpus_rounds_a_quota_down(
+    quota: float | None, expected: int | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("subvec._topology.cpu_quota", lambda: quota)
+    mine = len(os.sched_getaffinity(0))
+    assert usable_cpus() == (mine if expected == "all" else min(mine, int(expected)))
+
+
 # ---------------------------------------------------------------------------- CLI
 
 
@@ -451,6 +530,7 @@ def test_cli_topology_fake_sysfs(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "allowed: 0-7 (8 CPUs)" in out
+    assert "quota:   " in out and "usable:  " in out
     assert "nodes:   2" in out
     assert "node 0: 0-3 (4 CPUs, 4 cores)" in out
     assert "node 1: 4-7" in out
@@ -458,6 +538,16 @@ def test_cli_topology_fake_sysfs(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "worker 0: node 0, cpus 0-3" in out
     assert "worker 1: node 1, cpus 4-7" in out
     assert "worker 2: node 0, cpus 0-3" in out
+
+
+def test_cli_topology_shows_the_quota(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("subvec._topology.cpu_quota", lambda: 1.5)
+    assert cli.main(["topology", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "quota:   1.5 CPUs (cgroup CPU bandwidth limit)" in out
+    assert "usable:  1 CPUs" in out
 
 
 def test_cli_topology_real_affinity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
