@@ -619,7 +619,8 @@ def add_cli_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         type=int,
         default=None,
         metavar="N",
-        help="number of workers to plan for (default: one per allowed CPU)",
+        help="number of workers to plan for (default: one per usable CPU, as SubprocVectorEnv "
+        "starts for enough envs; with --allowed, one per allowed CPU)",
     )
     parser.add_argument("--pin", choices=PIN_MODES, default="node", help="pin mode (default: node)")
     parser.add_argument(
@@ -637,7 +638,12 @@ def add_cli_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
 
 def _cli_topology(args: argparse.Namespace) -> int:
     topology = discover(args.sysfs_root, args.allowed)
-    workers: int = len(topology.cpus) if args.workers is None else args.workers
+    if args.workers is not None:
+        workers: int = args.workers
+    elif args.allowed is None:  # what SubprocVectorEnv would start: a CPU quota counts too
+        workers = min(len(topology.cpus), usable_cpus()) or 1
+    else:
+        workers = len(topology.cpus)
     if workers < 1:
         print(f"error: --workers must be >= 1, got {workers}")
         return 2

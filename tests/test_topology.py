@@ -544,10 +544,12 @@ def test_cli_topology_shows_the_quota(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr("subvec._topology.cpu_quota", lambda: 1.5)
-    assert cli.main(["topology", "--workers", "1"]) == 0
+    assert cli.main(["topology"]) == 0
     out = capsys.readouterr().out
     assert "quota:   1.5 CPUs (cgroup CPU bandwidth limit)" in out
     assert "usable:  1 CPUs" in out
+    # The default plan is what SubprocVectorEnv would start under that quota: one worker.
+    assert "plan for 1 workers" in out and out.count("  worker ") == 1
 
 
 def test_cli_topology_real_affinity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
