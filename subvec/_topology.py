@@ -1,4 +1,4 @@
-"""NUMA topology discovery and worker placement.
+"""NUMA topology discovery, worker placement, and how many CPUs the defaults may use.
 
 Data flow::
 
