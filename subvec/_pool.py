@@ -167,10 +167,11 @@ class WorkerPool:
         self.wait_first: int | None = None
         self._first_poller: tuple[Worker, select.poll] | None = None
         self._send_order: list[Worker] | None = None
+        self._reply_fds: frozenset[int] | None = None
 
     def _forget_workers(self) -> None:
         """Drop what is kept per set of workers (after a start or a replacement)."""
-        self._poller = self._first_poller = self._send_order = None
+        self._poller = self._first_poller = self._send_order = self._reply_fds = None
 
     @property
     def workers(self) -> list[Worker]:
@@ -280,20 +281,69 @@ class WorkerPool:
             self._first_poller = (worker, poller)
         return self._first_poller[1]
 
+    def gather_all(
+        self, timeout: float | None, what: str, stop_at_death: bool = False
+    ) -> tuple[dict[int, Reply], list[Failure]]:
+        """``gather`` over the whole pool, with the per-step case first.
+
+        When the parent does not busy-poll (the partner layout, one CPU, or no spin), it
+        sleeps until the partner (the worker on its CPU, or the only worker) answers or
+        anyone dies; the others have usually answered by then. If every reply is then in its
+        pipe and no sentinel has fired, they are read in one pass, without the general wait's
+        per-call bookkeeping: on a cheap env that bookkeeping is a visible share of the
+        parent's CPU, which the partner shares. Anything else (a reply still to come, a
+        death, a stale or broken frame) goes on through ``gather`` for the workers still
+        awaited, within the same deadline.
+        """
+        workers = self.resources.workers
+        first = self.wait_first
+        if self.spin_s or first is None:
+            return self.gather(workers, timeout, what, stop_at_death)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._partner_poller(workers[first]).poll(
+            -1 if timeout is None else int(timeout * 1000) + 1
+        )
+        poller, _ = self._full_poller()
+        ready = poller.poll(0)
+        replies: dict[int, Reply] = {}
+        if self._reply_fds is None:
+            self._reply_fds = frozenset(w.reply_fd for w in workers)
+        if len(ready) == len(workers) and {fd for fd, _ in ready} == self._reply_fds:
+            read = proto.read_frame
+            for w in workers:
+                try:
+                    code, seq, payload = read(w.reply_fd)
+                except (EOFError, OSError):
+                    break  # gather() reads the EOF again and reports the death
+                if seq != w.expected:
+                    break  # a late reply to an abandoned call, dropped; gather() waits on
+                replies[w.index] = (_STATUSES[code], payload)
+                w.expected = None
+            else:
+                return replies, []
+        rest = [w for w in workers if w.index not in replies]
+        more, failures = self.gather(rest, timeout, what, stop_at_death, deadline=deadline)
+        replies.update(more)
+        return replies, failures
+
     def gather(
         self,
         workers: Sequence[Worker],
         timeout: float | None,
         what: str,
         stop_at_death: bool = False,
+        *,
+        deadline: float | None = None,
     ) -> tuple[dict[int, Reply], list[Failure]]:
         """Wait for the awaited reply of every worker in ``workers``.
 
         Returns the replies by worker index and the failures: workers that died (seen through
         their sentinel, at once) or, once ``timeout`` has passed, those still silent ("hung").
         With ``stop_at_death`` the first death ends the wait at once, whatever the others do.
+        ``deadline`` (monotonic) continues a wait that started earlier with that ``timeout``.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if deadline is None and timeout is not None:
+            deadline = time.monotonic() + timeout
         replies: dict[int, Reply] = {}
         failures: list[Failure] = []
         pending = {w.index: w for w in workers}

@@ -83,7 +83,10 @@ class _State(enum.Enum):
 
     @property
     def waiting(self) -> str:
-        return f"waiting for {self.value}"
+        return _WAITING[self]
+
+
+_WAITING = {state: f"waiting for {state.value}" for state in _State}
 
 
 @dataclass(frozen=True)
@@ -595,8 +598,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         try:
             # The parent's envs run while the workers run theirs; then we wait for them.
             local_part = self._run_local(local, state) if local is not None else None
-            replies, failures = self._pool.gather(
-                workers, timeout, state.waiting, stop_at_death=not restart
+            replies, failures = self._pool.gather_all(
+                timeout, _WAITING[state], stop_at_death=not restart
             )
         except KeyboardInterrupt:
             # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
@@ -839,10 +842,15 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 self.single_observation_space, self._env_obs, self._observations
             )
             return deepcopy(self._observations) if self.copy else self._observations
-        return _copy_nest(self._observations) if self.copy else self._observations
+        if not self.copy:
+            return self._observations
+        obs = self._observations
+        return obs.copy() if type(obs) is np.ndarray else _copy_nest(obs)
 
     def _merge_infos(self, parts: Sequence[tuple[int, Any]]) -> Any:
         """Merge the info events in env order, as SyncVectorEnv would."""
+        if not parts and not self._any_restarted and self.info_format != "list":
+            return {}  # the usual cheap-env step: no env said anything
         restarted = np.flatnonzero(self._restarted).tolist() if self._any_restarted else []
         if self.info_format == "list":
             per_env: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
@@ -34,6 +35,7 @@ from subvec import (
 from subvec._shm import SEGMENT_PREFIX, list_segments, remove_stale_segments
 from subvec.errors import RemoteTraceback
 from tests.envs import ZooEnv, crash_fns, make_zoo
+from tests.helpers import assert_same
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,9 +221,17 @@ def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later() -> None
         assert err.env_indices == (0, 1)
         assert "worker 0" in str(err)
         # The stuck worker answers the timed-out step late; that answer must be dropped and
-        # this step's answer returned: every env has now taken exactly two steps.
-        envs.step(actions)
+        # this step's answer returned: every env has now taken exactly two steps, and the
+        # results (the infos travel in the replies) are the second step's, as in-process.
+        second = envs.step(actions)
         assert envs.get_attr("t") == (2, 2, 2, 2)
+        reference = gym.vector.SyncVectorEnv(
+            [lambda: ZooEnv(max_steps=10**6, terminate_prob=0.0)] * 4
+        )
+        reference.reset(seed=0)
+        reference.step(actions)
+        assert_same(second, reference.step(actions), "the step after the timeout")
+        reference.close()
     finally:
         envs.close()
 
