@@ -129,6 +129,10 @@ def worker_main(
     _Server(worker_index, slab, cmd_fd, reply_fd).serve()
 
 
+# Enum members as module constants: the per-step path compares against them every step.
+_STEP, _CLOSE, _OK = Command.STEP, Command.CLOSE, Status.OK
+
+
 class _Server:
     def __init__(self, index: int, slab: EnvSlab, cmd_fd: int, reply_fd: int) -> None:
         self.index = index
@@ -149,32 +153,39 @@ class _Server:
         poller = select.poll()
         poller.register(self.cmd_fd, select.POLLIN)
         commands = {int(c): c for c in Command}
+        # Locals: this loop runs once per step, and on a cheap env its own Python is a visible
+        # share of the step (the partner's CPU is the parent's too).
+        read_frame, write_frame, handle = proto.read_frame, proto.write_frame, self.handle
+        cmd_fd, reply_fd, clock = self.cmd_fd, self.reply_fd, time.perf_counter
         # How long the next command has been taking to come after our reply (a moving
         # average). We only spin while it is shorter than the spin window: when the other
         # workers' envs are slow, spinning would only burn the window, and a busy vCPU slows
-        # its sibling down (measured 1.3-1.5x on the 2-vCPU VM, as on hyperthreads).
+        # its sibling down (measured 1.3-1.5x on the 2-vCPU VM, as on hyperthreads). A worker
+        # that never spins (the partner) skips the bookkeeping.
         wait_estimate = 0.0
         replied_at = 0.0
         try:
             while True:
-                if self.spin_s and wait_estimate < self.spin_s:
+                spin_s = self.spin_s  # set by ATTACH, the first command
+                if spin_s and wait_estimate < spin_s:
                     self._spin_for_command(poller)
                 try:
-                    code, seq, payload = proto.read_frame(self.cmd_fd)
+                    code, seq, payload = read_frame(cmd_fd)
                 except EOFError:
                     break  # the parent closed our command pipe: nothing more will come
-                if replied_at:
-                    wait_estimate = 0.5 * (wait_estimate + time.perf_counter() - replied_at)
+                if spin_s and replied_at:
+                    wait_estimate = 0.5 * (wait_estimate + clock() - replied_at)
                 command = commands[code]
                 try:
-                    status, reply = self.handle(command, payload)
+                    status, reply = handle(command, payload)
                 except Exception as exc:
                     env_index = None if command is Command.ATTACH else self.slab.current_env
                     record = ErrorRecord.capture(exc, env_index, command.name.lower())
                     status, reply = Status.ERROR, proto.dumps(record)
-                proto.write_frame(self.reply_fd, status, seq, reply)
-                replied_at = time.perf_counter()
-                if command is Command.CLOSE:
+                write_frame(reply_fd, status, seq, reply)
+                if spin_s:
+                    replied_at = clock()
+                if command is _CLOSE:
                     break
         finally:
             if self.block is not None:
@@ -183,7 +194,7 @@ class _Server:
 
     def handle(self, command: Command, payload: bytes) -> tuple[Status, bytes]:
         slab = self.slab
-        if command is Command.STEP:  # first: the per-step case
+        if command is _STEP:  # first: the per-step case
             result = slab.step(proto.loads(payload) if payload else None)
         elif command is Command.RESET:
             seeds, options, mask = proto.loads(payload)
@@ -206,8 +217,8 @@ class _Server:
             return Status.OK, b""
         else:  # pragma: no cover - Command is exhaustive
             raise ValueError(f"unknown command {command!r}")
-        if result.is_empty():
-            return Status.OK, b""
+        if not result.infos and not result.obs:
+            return _OK, b""
         return Status.OK_PAYLOAD, self._dump_per_env((result.infos, result.obs), "the info")
 
     def _dump_per_env(self, obj: Any, what: str) -> bytes:
