@@ -776,8 +776,47 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action; returns (obs, rewards, terminations, truncations,
         infos) as SyncVectorEnv does."""
+        if (
+            self._state is _State.IDLE
+            and not self._any_restarted
+            and not self.closed
+            and self._steady_layout()
+            and self.info_format == "gymnasium"
+            and self.autoreset_mode is not AutoresetMode.DISABLED
+            and (store := self._store_actions) is not None  # last: bound only on this path
+        ):
+            # step_async + step_wait without the checks and branches that cannot apply here:
+            # on a cheap env the parent's Python is on the critical path (its CPU is the
+            # partner's too).
+            store(actions)  # validates every leaf before writing any
+            # Not kept in this frame: if the gather raises, a traceback the caller keeps would
+            # hold the action views, and through them the shared block, open after close().
+            del store
+            self._pool.send_all(Command.STEP)
+            self._state = _State.WAITING_STEP
+            parts = self._collect(_State.WAITING_STEP, None)
+            if parts or self._any_restarted:
+                return self._step_results(parts)
+            obs = self._observations
+            return (
+                obs.copy() if self.copy else obs,
+                self._rewards.copy(),
+                self._terminations.copy(),
+                self._truncations.copy(),
+                {},
+            )
         self.step_async(actions)
         return self.step_wait()
+
+    def _steady_layout(self) -> bool:
+        """Whether the layout allows ``step``'s short path (fixed at construction): every env
+        in a worker and the observations in the block as one array."""
+        steady: bool | None = self.__dict__.get("_steady")
+        if steady is None:
+            steady = self._steady = (
+                self._local is None and self._obs_shared and type(self._observations) is np.ndarray
+            )
+        return steady
 
     def step_async(self, actions: Any) -> None:
         self._begin(_State.WAITING_STEP)
@@ -812,7 +851,11 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         self._finish(_State.WAITING_STEP, "step_wait")
-        parts = self._collect(_State.WAITING_STEP, timeout)
+        return self._step_results(self._collect(_State.WAITING_STEP, timeout))
+
+    def _step_results(
+        self, parts: Sequence[tuple[int, Any]]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if self._any_restarted:
             # Their episodes were cut short by the restart: truncated, with no reward.
             self._rewards[self._restarted] = 0.0
