@@ -237,6 +237,7 @@ class _Server:
         lo, hi = self.slab.first_index, self.slab.first_index + len(self.slab.envs)
         views = block.views
         write_obs = read_action = None
+        obs_rows = action_rows = None
         if spec.observation_space is not None:
             obs_leaves = [
                 views[f"obs{k}"][lo:hi]
@@ -244,12 +245,15 @@ class _Server:
             ]
             obs_rows = _spaces.build_views(spec.observation_space, iter(obs_leaves))
             write_obs = _spaces.row_writer(spec.observation_space, obs_rows, env_offset=lo)
+            obs_rows = obs_rows if isinstance(obs_rows, np.ndarray) else None
         if spec.action_space is not None:
             act_leaves = [
                 views[f"act{k}"][lo:hi] for k in range(len(_spaces.leaf_specs(spec.action_space)))
             ]
             act_rows = _spaces.build_views(spec.action_space, iter(act_leaves))
             read_action = _spaces.row_reader(spec.action_space, act_rows)
+            if isinstance(act_rows, np.ndarray) and act_rows.ndim == 1:
+                action_rows = act_rows
         rewards: np.ndarray = views["rewards"][lo:hi]
         self.slab.bind(
             SlabArrays(
@@ -258,5 +262,7 @@ class _Server:
                 truncations=views["truncations"][lo:hi],
                 write_obs=write_obs,
                 read_action=read_action,
+                obs_rows=obs_rows,
+                action_rows=action_rows,
             )
         )
