@@ -23,6 +23,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -33,7 +34,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
 from subvec import _spaces
-from subvec._core import EnvSlab, SlabArrays
+from subvec._core import EnvSlab, SlabArrays, SlabResult
 from subvec._protocol import Command, ErrorRecord, Status
 from subvec._shm import BlockLayout, SharedBlock
 from subvec._topology import Placement, PlacementReport, apply_placement
@@ -130,7 +131,8 @@ def worker_main(
 
 
 # Enum members as module constants: the per-step path compares against them every step.
-_STEP, _CLOSE, _OK = Command.STEP, Command.CLOSE, Status.OK
+_STEP, _CLOSE, _OK, _OK_PAYLOAD = Command.STEP, Command.CLOSE, Status.OK, Status.OK_PAYLOAD
+_STEP_CODE = int(Command.STEP)  # as it comes off the wire
 
 
 class _Server:
@@ -157,6 +159,7 @@ class _Server:
         # share of the step (the partner's CPU is the parent's too).
         read_frame, write_frame, handle = proto.read_frame, proto.write_frame, self.handle
         cmd_fd, reply_fd, clock = self.cmd_fd, self.reply_fd, time.perf_counter
+        step, write, pack = self.slab.step, os.write, proto.HEADER.pack
         # How long the next command has been taking to come after our reply (a moving
         # average). We only spin while it is shorter than the spin window: when the other
         # workers' envs are slow, spinning would only burn the window, and a busy vCPU slows
@@ -175,6 +178,27 @@ class _Server:
                     break  # the parent closed our command pipe: nothing more will come
                 if spin_s and replied_at:
                     wait_estimate = 0.5 * (wait_estimate + clock() - replied_at)
+                if code == _STEP_CODE and not payload:
+                    # The per-step case inline (what handle() does for it, without the
+                    # dispatch): step with the actions in the block, a bare OK when no env
+                    # said anything.
+                    try:
+                        result = step()
+                        if result.infos or result.obs:
+                            status = _OK_PAYLOAD
+                            reply = self._dump_result(result)
+                        else:
+                            status, reply = _OK, b""
+                    except Exception as exc:
+                        record = ErrorRecord.capture(exc, self.slab.current_env, "step")
+                        status, reply = Status.ERROR, proto.dumps(record)
+                    if reply:
+                        write_frame(reply_fd, status, seq, reply)
+                    else:
+                        write(reply_fd, pack(0, status, seq))  # 9 bytes: one atomic write
+                    if spin_s:
+                        replied_at = clock()
+                    continue
                 command = commands[code]
                 try:
                     status, reply = handle(command, payload)
@@ -202,7 +226,8 @@ class _Server:
         elif command is Command.CALL:
             name, args, kwargs = proto.loads(payload)
             results = slab.call(name, args, kwargs)
-            return Status.OK_PAYLOAD, self._dump_per_env(results, f"the result of {name!r}")
+            what = f"the result of {name!r}"
+            return Status.OK_PAYLOAD, self._dump_per_env(results, what, enumerate(results))
         elif command is Command.SET_ATTR:
             name, values = proto.loads(payload)
             slab.set_attr(name, values)
@@ -219,16 +244,30 @@ class _Server:
             raise ValueError(f"unknown command {command!r}")
         if not result.infos and not result.obs:
             return _OK, b""
-        return Status.OK_PAYLOAD, self._dump_per_env((result.infos, result.obs), "the info")
+        return Status.OK_PAYLOAD, self._dump_result(result)
 
-    def _dump_per_env(self, obj: Any, what: str) -> bytes:
+    def _dump_per_env(self, obj: Any, what: str, items: Iterable[tuple[int, Any]]) -> bytes:
+        """Pickle ``obj`` (cloudpickle if pickle cannot). On failure, the env of the first of
+        ``items`` (local env index, its part) that cannot be sent becomes the slab's current
+        env, so that the error names it rather than the env stepped last."""
         try:
             return proto.dumps(obj)
         except Exception:
             try:
                 return cloudpickle.dumps(obj)  # type: ignore[no-any-return]
             except Exception as exc:
+                for local, item in items:
+                    try:
+                        cloudpickle.dumps(item)
+                    except Exception:
+                        self.slab.current = local
+                        break
                 raise TypeError(f"{what} returned by the env cannot be pickled: {exc}") from exc
+
+    def _dump_result(self, result: SlabResult) -> bytes:
+        return self._dump_per_env(
+            (result.infos, result.obs), "the info", [*result.infos, *(result.obs or ())]
+        )
 
     def attach(self, spec: AttachSpec) -> None:
         block = SharedBlock.attach(spec.block_name, spec.layout)

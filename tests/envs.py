@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -212,4 +213,14 @@ class ScalarInfoEnv(ZooEnv):
             info["i64"] = np.int64(self.t)
         if u[5] < 0.05:
             info["x_position"] = 1  # an int where the other envs report floats
+        return obs, reward, terminated, truncated, info
+
+
+class UnpicklableInfoEnv(ZooEnv):
+    """Puts a lock (which neither pickle nor cloudpickle can send) in its info at step 2."""
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.t == 2:
+            info = {**info, "lock": threading.Lock()}
         return obs, reward, terminated, truncated, info

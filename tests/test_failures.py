@@ -34,7 +34,7 @@ from subvec import (
 )
 from subvec._shm import SEGMENT_PREFIX, list_segments, remove_stale_segments
 from subvec.errors import RemoteTraceback
-from tests.envs import ZooEnv, crash_fns, make_zoo
+from tests.envs import UnpicklableInfoEnv, ZooEnv, crash_fns, make_zoo
 from tests.helpers import assert_same
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -423,6 +423,26 @@ def test_bad_actions_are_refused_before_sending_and_env_stays_usable() -> None:
             envs.step(np.array([0.5, 1.0, 2.0]))  # floats for a Discrete space
         envs.step(np.array([0, 1, 2]))
         assert envs.get_attr("t") == (1, 1, 1)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_info_that_cannot_be_sent_names_the_env_and_loses_nothing() -> None:
+    # Env 2 is worker 1's first env: the error must name it, not the env its worker stepped last.
+    fns: list[Any] = [lambda: ZooEnv(max_steps=10**6, terminate_prob=0.0)] * 4
+    fns[2] = lambda: UnpicklableInfoEnv(max_steps=10**6, terminate_prob=0.0)
+    envs = SubprocVectorEnv(fns, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(4, dtype=np.int64)
+        envs.step(actions)
+        with pytest.raises(TypeError, match="cannot be pickled") as info:
+            envs.step(actions)
+        assert isinstance(info.value, EnvError) and info.value.command == "step"
+        assert info.value.env_index == 2 and "env 2" in str(info.value)
+        envs.step(actions)  # the env and its worker are fine: the next step goes through
+        assert envs.get_attr("t") == (3, 3, 3, 3)
     finally:
         envs.close()
 
