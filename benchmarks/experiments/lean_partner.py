@@ -142,22 +142,9 @@ def limit(seconds: float) -> float:
 
 
 def subvec_defaults(seconds: float) -> float:
-    import subvec
+    from ab_checkouts import child_vector  # the same timed loop as the A/B runs
 
-    envs = subvec.SubprocVectorEnv([lambda: gym.make("CartPole-v1")] * N)
-    try:
-        envs.reset(seed=0)
-        rng = np.random.default_rng(0)
-        batches = [rng.integers(0, 2, N) for _ in range(64)]
-        for k in range(500):
-            envs.step(batches[k % 64])
-        start, k = time.perf_counter(), 0
-        while time.perf_counter() - start < seconds:
-            envs.step(batches[k % 64])
-            k += 1
-        return N * k / (time.perf_counter() - start)
-    finally:
-        envs.close()
+    return child_vector("cartpole", N, {}, seconds)
 
 
 def main() -> None:
