@@ -44,13 +44,6 @@ class SlabArrays:
     truncations: np.ndarray
     write_obs: Callable[[Any, int], None] | None = None
     read_action: Callable[[int], Any] | None = None
-    #: The rows themselves when the observation space is one array leaf (a Box): an ndarray
-    #: of exactly the row's shape and dtype is stored without a call to ``write_obs``, which
-    #: handles everything else (casts, wrong shapes and their errors).
-    obs_rows: np.ndarray | None = None
-    #: The rows when every action is a scalar of a 1-D leaf (Discrete), read as ``read_action``
-    #: would (a numpy scalar, immutable, so no copy).
-    action_rows: np.ndarray | None = None
 
 
 @dataclass
@@ -122,11 +115,6 @@ class EnvSlab:
         assert arrays is not None, "bind() first"
         read = arrays.read_action
         write = arrays.write_obs
-        action_rows = arrays.action_rows
-        obs_rows = arrays.obs_rows
-        row_shape, row_dtype = (
-            (obs_rows.shape[1:], obs_rows.dtype) if obs_rows is not None else ((), None)
-        )
         rewards, terms, truncs = arrays.rewards, arrays.terminations, arrays.truncations
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
@@ -143,10 +131,7 @@ class EnvSlab:
                     truncs[i] = False
                     needs_reset[i] = False
                 else:
-                    if action_rows is not None:
-                        action = action_rows[i]
-                    else:
-                        action = read(i) if read is not None else actions[i]  # type: ignore[index]
+                    action = read(i) if read is not None else actions[i]  # type: ignore[index]
                     obs, reward, terminated, truncated, info = env.step(action)
                     rewards[i] = reward
                     terms[i] = terminated
@@ -157,14 +142,7 @@ class EnvSlab:
                             obs, info = env.reset()
                         else:
                             needs_reset[i] = True
-                if (
-                    obs_rows is not None
-                    and type(obs) is np.ndarray
-                    and obs.shape == row_shape
-                    and obs.dtype == row_dtype
-                ):
-                    obs_rows[i] = obs
-                elif write is not None:
+                if write is not None:
                     write(obs, i)
                 else:
                     self._emit_obs(result, i, obs)

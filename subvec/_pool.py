@@ -167,11 +167,10 @@ class WorkerPool:
         self.wait_first: int | None = None
         self._first_poller: tuple[Worker, select.poll] | None = None
         self._send_order: list[Worker] | None = None
-        self._reply_fds: frozenset[int] | None = None
 
     def _forget_workers(self) -> None:
         """Drop what is kept per set of workers (after a start or a replacement)."""
-        self._poller = self._first_poller = self._send_order = self._reply_fds = None
+        self._poller = self._first_poller = self._send_order = None
 
     @property
     def workers(self) -> list[Worker]:
@@ -303,12 +302,11 @@ class WorkerPool:
         self._partner_poller(workers[first]).poll(
             -1 if timeout is None else int(timeout * 1000) + 1
         )
-        poller, _ = self._full_poller()
+        poller, by_fd = self._full_poller()
         ready = poller.poll(0)
         replies: dict[int, Reply] = {}
-        if self._reply_fds is None:
-            self._reply_fds = frozenset(w.reply_fd for w in workers)
-        if len(ready) == len(workers) and {fd for fd, _ in ready} == self._reply_fds:
+        # As many events as workers, all on reply fds: every reply is there, no sentinel fired.
+        if len(ready) == len(workers) and all(by_fd[fd][1] for fd, _ in ready):
             read = proto.read_frame
             for w in workers:
                 try:

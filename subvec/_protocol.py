@@ -134,7 +134,7 @@ class ErrorRecord:
             loads(data)  # some exceptions pickle but fail to unpickle (custom __init__)
             pickled = data
         except Exception:
-            pass
+            pass  # sent without it: type name, message and traceback text still go
         return cls(
             pickled=pickled,
             type_module=type(exc).__module__,

@@ -124,7 +124,7 @@ class SharedBlock:
                 try:
                     shm.unlink()
                 except FileNotFoundError:
-                    pass
+                    pass  # already unlinked (`subvec shm clean`, or a second close): done
 
 
 def check_free_space(size: int, directory: str = _SHM_DIR) -> None:
@@ -172,7 +172,7 @@ def remove_stale_segments(
             os.unlink(os.path.join(directory, name))
             removed.append(name)
         except FileNotFoundError:
-            pass
+            pass  # its owner (or another cleaner) removed it meanwhile
     return removed
 
 

@@ -131,8 +131,7 @@ def worker_main(
 
 
 # Enum members as module constants: the per-step path compares against them every step.
-_STEP, _CLOSE, _OK, _OK_PAYLOAD = Command.STEP, Command.CLOSE, Status.OK, Status.OK_PAYLOAD
-_STEP_CODE = int(Command.STEP)  # as it comes off the wire
+_STEP, _CLOSE = Command.STEP, Command.CLOSE
 
 
 class _Server:
@@ -159,7 +158,6 @@ class _Server:
         # share of the step (the partner's CPU is the parent's too).
         read_frame, write_frame, handle = proto.read_frame, proto.write_frame, self.handle
         cmd_fd, reply_fd, clock = self.cmd_fd, self.reply_fd, time.perf_counter
-        step, write, pack = self.slab.step, os.write, proto.HEADER.pack
         # How long the next command has been taking to come after our reply (a moving
         # average). We only spin while it is shorter than the spin window: when the other
         # workers' envs are slow, spinning would only burn the window, and a busy vCPU slows
@@ -178,27 +176,6 @@ class _Server:
                     break  # the parent closed our command pipe: nothing more will come
                 if spin_s and replied_at:
                     wait_estimate = 0.5 * (wait_estimate + clock() - replied_at)
-                if code == _STEP_CODE and not payload:
-                    # The per-step case inline (what handle() does for it, without the
-                    # dispatch): step with the actions in the block, a bare OK when no env
-                    # said anything.
-                    try:
-                        result = step()
-                        if result.infos or result.obs:
-                            status = _OK_PAYLOAD
-                            reply = self._dump_result(result)
-                        else:
-                            status, reply = _OK, b""
-                    except Exception as exc:
-                        record = ErrorRecord.capture(exc, self.slab.current_env, "step")
-                        status, reply = Status.ERROR, proto.dumps(record)
-                    if reply:
-                        write_frame(reply_fd, status, seq, reply)
-                    else:
-                        write(reply_fd, pack(0, status, seq))  # 9 bytes: one atomic write
-                    if spin_s:
-                        replied_at = clock()
-                    continue
                 command = commands[code]
                 try:
                     status, reply = handle(command, payload)
@@ -242,8 +219,8 @@ class _Server:
             return Status.OK, b""
         else:  # pragma: no cover - Command is exhaustive
             raise ValueError(f"unknown command {command!r}")
-        if not result.infos and not result.obs:
-            return _OK, b""
+        if result.is_empty():
+            return Status.OK, b""
         return Status.OK_PAYLOAD, self._dump_result(result)
 
     def _dump_per_env(self, obj: Any, what: str, items: Iterable[tuple[int, Any]]) -> bytes:
@@ -276,7 +253,6 @@ class _Server:
         lo, hi = self.slab.first_index, self.slab.first_index + len(self.slab.envs)
         views = block.views
         write_obs = read_action = None
-        obs_rows = action_rows = None
         if spec.observation_space is not None:
             obs_leaves = [
                 views[f"obs{k}"][lo:hi]
@@ -284,15 +260,12 @@ class _Server:
             ]
             obs_rows = _spaces.build_views(spec.observation_space, iter(obs_leaves))
             write_obs = _spaces.row_writer(spec.observation_space, obs_rows, env_offset=lo)
-            obs_rows = obs_rows if isinstance(obs_rows, np.ndarray) else None
         if spec.action_space is not None:
             act_leaves = [
                 views[f"act{k}"][lo:hi] for k in range(len(_spaces.leaf_specs(spec.action_space)))
             ]
             act_rows = _spaces.build_views(spec.action_space, iter(act_leaves))
             read_action = _spaces.row_reader(spec.action_space, act_rows)
-            if isinstance(act_rows, np.ndarray) and act_rows.ndim == 1:
-                action_rows = act_rows
         rewards: np.ndarray = views["rewards"][lo:hi]
         self.slab.bind(
             SlabArrays(
@@ -301,7 +274,5 @@ class _Server:
                 truncations=views["truncations"][lo:hi],
                 write_obs=write_obs,
                 read_action=read_action,
-                obs_rows=obs_rows,
-                action_rows=action_rows,
             )
         )

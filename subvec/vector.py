@@ -81,10 +81,6 @@ class _State(enum.Enum):
     WAITING_CALL = "call"
     BROKEN = "broken"
 
-    @property
-    def waiting(self) -> str:
-        return _WAITING[self]
-
 
 _WAITING = {state: f"waiting for {state.value}" for state in _State}
 
@@ -312,6 +308,11 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._any_restarted = False
         self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
         self._env_obs: list[Any] = [None] * self.num_envs
+        #: whether ``step`` may take its short path: every env in a worker and the
+        #: observations in the block as one array (fixed from here on)
+        self._steady = (
+            self._local is None and self._obs_shared and type(self._observations) is np.ndarray
+        )
 
     # --- construction -----------------------------------------------------------------------
 
@@ -780,7 +781,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             self._state is _State.IDLE
             and not self._any_restarted
             and not self.closed
-            and self._steady_layout()
+            and self._steady
             and self.info_format == "gymnasium"
             and self.autoreset_mode is not AutoresetMode.DISABLED
             and (store := self._store_actions) is not None  # last: bound only on this path
@@ -794,29 +795,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             del store
             self._pool.send_all(Command.STEP)
             self._state = _State.WAITING_STEP
-            parts = self._collect(_State.WAITING_STEP, None)
-            if parts or self._any_restarted:
-                return self._step_results(parts)
-            obs = self._observations
-            return (
-                obs.copy() if self.copy else obs,
-                self._rewards.copy(),
-                self._terminations.copy(),
-                self._truncations.copy(),
-                {},
-            )
+            return self._step_results(self._collect(_State.WAITING_STEP, None))
         self.step_async(actions)
         return self.step_wait()
-
-    def _steady_layout(self) -> bool:
-        """Whether the layout allows ``step``'s short path (fixed at construction): every env
-        in a worker and the observations in the block as one array."""
-        steady: bool | None = self.__dict__.get("_steady")
-        if steady is None:
-            steady = self._steady = (
-                self._local is None and self._obs_shared and type(self._observations) is np.ndarray
-            )
-        return steady
 
     def step_async(self, actions: Any) -> None:
         self._begin(_State.WAITING_STEP)
@@ -885,10 +866,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 self.single_observation_space, self._env_obs, self._observations
             )
             return deepcopy(self._observations) if self.copy else self._observations
-        if not self.copy:
-            return self._observations
-        obs = self._observations
-        return obs.copy() if type(obs) is np.ndarray else _copy_nest(obs)
+        return _copy_nest(self._observations) if self.copy else self._observations
 
     def _merge_infos(self, parts: Sequence[tuple[int, Any]]) -> Any:
         """Merge the info events in env order, as SyncVectorEnv would."""
