@@ -29,7 +29,7 @@ from subvec._topology import Placement
 from subvec._worker import WorkerHello, worker_main
 from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note, describe_exitcode
 
-__all__ = ["Failure", "Reply", "Worker", "WorkerPool", "release"]
+__all__ = ["PLAIN_OK", "Failure", "Reply", "Worker", "WorkerPool", "release"]
 
 #: After SIGTERM, how long a worker gets before SIGKILL; also the grace of a last-resort close.
 TERMINATE_GRACE = 1.0
@@ -167,10 +167,11 @@ class WorkerPool:
         self.wait_first: int | None = None
         self._first_poller: tuple[Worker, select.poll] | None = None
         self._send_order: list[Worker] | None = None
+        self._quick: tuple[Any, Any, list[tuple[int, int]]] | None = None
 
     def _forget_workers(self) -> None:
         """Drop what is kept per set of workers (after a start or a replacement)."""
-        self._poller = self._first_poller = self._send_order = None
+        self._poller = self._first_poller = self._send_order = self._quick = None
 
     @property
     def workers(self) -> list[Worker]:
@@ -282,47 +283,75 @@ class WorkerPool:
 
     def gather_all(
         self, timeout: float | None, what: str, stop_at_death: bool = False
-    ) -> tuple[dict[int, Reply], list[Failure]]:
-        """``gather`` over the whole pool, with the per-step case first.
+    ) -> tuple[dict[int, Reply], list[Failure]] | None:
+        """``gather`` over the whole pool, with the per-step case first. Returns None when
+        every worker answered with a plain OK (nothing to decode: the usual cheap step).
 
         When the parent does not busy-poll (the partner layout, one CPU, or no spin), it
         sleeps until the partner (the worker on its CPU, or the only worker) answers or
-        anyone dies; the others have usually answered by then. If every reply is then in its
-        pipe and no sentinel has fired, they are read in one pass, without the general wait's
-        per-call bookkeeping: on a cheap env that bookkeeping is a visible share of the
-        parent's CPU, which the partner shares. Anything else (a reply still to come, a
-        death, a stale or broken frame) goes on through ``gather`` for the workers still
-        awaited, within the same deadline.
+        anyone dies; the others have usually answered by then. If the kept poll object then
+        shows every reply fd readable and nothing else, each reply header is read and
+        compared, as bytes, with the plain OK it should be. On a cheap env the parent shares
+        its CPU with the partner, so every call and lookup here is paid twice: in time, and
+        in the caches and branch history the partner finds cold after us (measured, in
+        docs/benchmarks.md, fourth round). Anything else (a reply still to come, a payload,
+        an error, a death, a stale or broken frame) goes on through ``gather`` for the
+        workers still awaited, within the same deadline.
         """
         workers = self.resources.workers
         first = self.wait_first
         if self.spin_s or first is None:
             return self.gather(workers, timeout, what, stop_at_death)
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._partner_poller(workers[first]).poll(
-            -1 if timeout is None else int(timeout * 1000) + 1
-        )
-        poller, by_fd = self._full_poller()
-        ready = poller.poll(0)
+        quick = self._quick
+        if quick is None:
+            quick = self._quick_wait(workers[first])
+        partner_poll, full_poll, all_ready = quick
+        partner_poll(-1 if timeout is None else int(timeout * 1000) + 1)
         replies: dict[int, Reply] = {}
-        # As many events as workers, all on reply fds: every reply is there, no sentinel fired.
-        if len(ready) == len(workers) and all(by_fd[fd][1] for fd, _ in ready):
-            read = proto.read_frame
+        if full_poll(0) == all_ready:  # every reply fd readable, and no sentinel fired
+            read, plain = os.read, proto.HEADER.pack
             for w in workers:
+                head = read(w.reply_fd, proto.HEADER.size)
+                if head == plain(0, Status.OK, w.expected):
+                    w.expected = None
+                    continue
+                # Not a plain OK: whatever is not a valid answer is left to gather() (for a
+                # stale frame, the answer may still be on its way behind it).
                 try:
-                    code, seq, payload = read(w.reply_fd)
+                    code, seq, payload = proto.finish_frame(w.reply_fd, head)
                 except (EOFError, OSError):
-                    break  # gather() reads the EOF again and reports the death
+                    break  # gather() sees the EOF again and reports the death
                 if seq != w.expected:
-                    break  # a late reply to an abandoned call, dropped; gather() waits on
+                    break
                 replies[w.index] = (_STATUSES[code], payload)
                 w.expected = None
             else:
+                if not replies:
+                    return None
+                for w in workers:
+                    replies.setdefault(w.index, PLAIN_OK)
                 return replies, []
+            for w in workers:
+                if w.expected is None:
+                    replies.setdefault(w.index, PLAIN_OK)
         rest = [w for w in workers if w.index not in replies]
         more, failures = self.gather(rest, timeout, what, stop_at_death, deadline=deadline)
         replies.update(more)
         return replies, failures
+
+    def _quick_wait(self, partner: Worker) -> tuple[Any, Any, list[tuple[int, int]]]:
+        """What ``gather_all`` waits with, kept until the workers change: the partner's poll
+        (its reply fd and every sentinel), the full poll and the events it returns when every
+        reply is in and nothing else happened (poll lists fds in registration order)."""
+        poller, by_fd = self._full_poller()
+        order = [fd for fd, (_, is_reply) in by_fd.items() if is_reply]
+        self._quick = (
+            self._partner_poller(partner).poll,
+            poller.poll,
+            [(fd, select.POLLIN) for fd in order],
+        )
+        return self._quick
 
     def gather(
         self,
@@ -396,7 +425,7 @@ class WorkerPool:
                     # drop it from the wait so the loop does not spin on it.
                     poller.unregister(fd)
                     if kept:
-                        self._poller = None
+                        self._poller = self._quick = None
                     continue
                 reply = self._read(worker) if is_reply else self._drain(worker)
                 if reply is _STALE:
@@ -408,7 +437,8 @@ class WorkerPool:
                 if reply is _DEAD:
                     failures.append(self._death(worker, what))
                     if kept:
-                        self._poller = None  # its sentinel stays readable from now on
+                        # its sentinel stays readable from now on
+                        self._poller = self._quick = None
                     if stop_at_death:
                         return replies, failures
                 else:
@@ -491,6 +521,7 @@ class WorkerPool:
 _DEAD = object()
 _STATUSES = {int(status): status for status in Status}
 _STALE = object()
+PLAIN_OK: Reply = (Status.OK, b"")
 
 
 def raise_env_errors(workers: Sequence[Worker], replies: Sequence[Reply]) -> None:

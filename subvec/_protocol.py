@@ -37,6 +37,7 @@ __all__ = [
     "ErrorRecord",
     "Status",
     "dumps",
+    "finish_frame",
     "loads",
     "read_frame",
     "rebuild_remote_error",
@@ -105,7 +106,17 @@ def _read_exact(fd: int, size: int) -> bytes:
 
 def read_frame(fd: int) -> tuple[int, int, bytes]:
     """Read one frame: (code, seq, payload). Raises EOFError when the writer is gone."""
-    length, code, seq = HEADER.unpack(_read_exact(fd, HEADER.size))
+    return finish_frame(fd, os.read(fd, HEADER.size))
+
+
+def finish_frame(fd: int, head: bytes) -> tuple[int, int, bytes]:
+    """Read the rest of a frame whose first bytes, ``head``, were read already (the per-step
+    paths read a header and compare it with the one they expect before parsing anything)."""
+    if len(head) < HEADER.size:
+        if not head:
+            raise EOFError("pipe closed")
+        head += _read_exact(fd, HEADER.size - len(head))
+    length, code, seq = HEADER.unpack(head)
     payload = _read_exact(fd, length) if length else b""
     return code, seq, payload
 

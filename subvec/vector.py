@@ -50,7 +50,15 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 from subvec import _protocol as proto
 from subvec import _spaces
 from subvec._core import EnvSlab, SlabArrays, SlabResult
-from subvec._pool import Failure, Reply, Worker, WorkerPool, raise_env_errors, release
+from subvec._pool import (
+    PLAIN_OK,
+    Failure,
+    Reply,
+    Worker,
+    WorkerPool,
+    raise_env_errors,
+    release,
+)
 from subvec._protocol import Command, ErrorRecord, Status
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._shm import BlockLayout, SharedBlock
@@ -599,13 +607,15 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         try:
             # The parent's envs run while the workers run theirs; then we wait for them.
             local_part = self._run_local(local, state) if local is not None else None
-            replies, failures = self._pool.gather_all(
-                timeout, _WAITING[state], stop_at_death=not restart
-            )
+            gathered = self._pool.gather_all(timeout, _WAITING[state], stop_at_death=not restart)
         except KeyboardInterrupt:
             # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
             self._state = _State.IDLE
             raise
+        if gathered is None and local_part is None:  # every worker said a plain OK
+            self._state = _State.IDLE
+            return []
+        replies, failures = gathered or ({w.index: PLAIN_OK for w in workers}, [])
         if failures:
             if restart:
                 replies.update(self._recover(state, failures, timeout))
@@ -795,7 +805,19 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             del store
             self._pool.send_all(Command.STEP)
             self._state = _State.WAITING_STEP
-            return self._step_results(self._collect(_State.WAITING_STEP, None))
+            parts = self._collect(_State.WAITING_STEP, None)
+            if parts or self._any_restarted:
+                return self._step_results(parts)
+            # Nothing but the shared block to read: the usual cheap-env step, returned without
+            # the general merge (this Python shares its CPU with the partner's envs).
+            obs = self._observations
+            return (
+                obs.copy() if self.copy else obs,
+                self._rewards.copy(),
+                self._terminations.copy(),
+                self._truncations.copy(),
+                {},
+            )
         self.step_async(actions)
         return self.step_wait()
 
