@@ -601,7 +601,6 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         """
         if timeout is None:
             timeout = self.default_timeout
-        workers = self._pool.workers  # replace() swaps a worker in place, in this same list
         restart = self.on_worker_failure == "restart" and len(self.restarts) < self.max_restarts
         local, self._local_pending = self._local_pending, None
         try:
@@ -615,6 +614,18 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         if gathered is None and local_part is None:  # every worker said a plain OK
             self._state = _State.IDLE
             return []
+        return self._parts(state, gathered, local_part, timeout, restart)
+
+    def _parts(
+        self,
+        state: _State,
+        gathered: tuple[dict[int, Reply], list[Failure]] | None,
+        local_part: tuple[int, Any] | None,
+        timeout: float | None,
+        restart: bool,
+    ) -> list[tuple[int, Any]]:
+        """The second half of ``_collect``: failures, then the replies that say something."""
+        workers = self._pool.workers  # replace() swaps a worker in place, in this same list
         replies, failures = gathered or ({w.index: PLAIN_OK for w in workers}, [])
         if failures:
             if restart:
@@ -803,11 +814,20 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             # Not kept in this frame: if the gather raises, a traceback the caller keeps would
             # hold the action views, and through them the shared block, open after close().
             del store
-            self._pool.send_all(Command.STEP)
-            self._state = _State.WAITING_STEP
-            parts = self._collect(_State.WAITING_STEP, None)
-            if parts or self._any_restarted:
-                return self._step_results(parts)
+            pool = self._pool
+            pool.send_all(Command.STEP)
+            self._state = state = _State.WAITING_STEP
+            # _collect without a parent share to run (one call less on this path).
+            timeout = self.default_timeout
+            restart = self.on_worker_failure == "restart" and len(self.restarts) < self.max_restarts
+            try:
+                gathered = pool.gather_all(timeout, _WAITING[state], stop_at_death=not restart)
+            except KeyboardInterrupt:
+                self._state = _State.IDLE  # as in _collect
+                raise
+            if gathered is not None:
+                return self._step_results(self._parts(state, gathered, None, timeout, restart))
+            self._state = _State.IDLE
             # Nothing but the shared block to read: the usual cheap-env step, returned without
             # the general merge (this Python shares its CPU with the partner's envs).
             obs = self._observations
