@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import select
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
@@ -89,6 +89,14 @@ class Failure:
             pid=self.worker.pid,
             exitcode=self.exitcode,
         )
+
+
+Gathered = tuple[dict[int, Reply], list[Failure]]
+#: (round_trip(command, timeout, what, stop_at_death), take(timeout, what, stop_at_death))
+_Quick = tuple[
+    Callable[[Command, "float | None", str, bool], "Gathered | None"],
+    Callable[["float | None", str, bool], "Gathered | None"],
+]
 
 
 @dataclass
@@ -166,12 +174,11 @@ class WorkerPool:
         #: the worker that shares the parent's CPU (see ``gather``), if any
         self.wait_first: int | None = None
         self._first_poller: tuple[Worker, select.poll] | None = None
-        self._send_order: list[Worker] | None = None
-        self._quick: tuple[Any, Any, list[tuple[int, int]]] | None = None
+        self._quick: _Quick | None = None
 
     def _forget_workers(self) -> None:
         """Drop what is kept per set of workers (after a start or a replacement)."""
-        self._poller = self._first_poller = self._send_order = self._quick = None
+        self._poller = self._first_poller = self._quick = None
 
     @property
     def workers(self) -> list[Worker]:
@@ -239,24 +246,18 @@ class WorkerPool:
             pass  # EPIPE: the worker is gone; gather() learns how from its sentinel
 
     def send_all(self, command: Command) -> None:
-        """Send ``command`` with an empty payload to every worker (the per-step hot path)."""
-        pack = proto.HEADER.pack
-        write = os.write
-        if self._send_order is None:
-            workers = self.resources.workers
-            first = self.wait_first
-            if first is not None:
-                # The partner last: waking it on our CPU may hand it the CPU at once (wake-up
-                # preemption), and the other workers must have their command before that.
-                workers = [w for w in workers if w.index != first] + [workers[first]]
-            self._send_order = list(workers)
-        for worker in self._send_order:
-            seq = worker.seq = worker.seq + 1
-            worker.expected = seq
-            try:
-                write(worker.cmd_fd, pack(0, command, seq))
-            except OSError:
-                pass  # as in send()
+        """Send ``command`` with an empty payload to every worker, the partner last."""
+        for worker in self._send_order():
+            self.send(worker, command)
+
+    def _send_order(self) -> list[Worker]:
+        workers = self.resources.workers
+        first = self.wait_first
+        if first is None:
+            return workers
+        # The partner last: waking it on our CPU may hand it the CPU at once (wake-up
+        # preemption), and the other workers must have their command before that.
+        return [w for w in workers if w.index != first] + [workers[first]]
 
     def _full_poller(self) -> tuple[select.poll, dict[int, tuple[Worker, bool]]]:
         """A poll object over every worker's reply fd and sentinel, kept between waits (built
@@ -281,77 +282,122 @@ class WorkerPool:
             self._first_poller = (worker, poller)
         return self._first_poller[1]
 
+    def exchange(
+        self, command: Command, timeout: float | None, what: str, stop_at_death: bool = False
+    ) -> tuple[dict[int, Reply], list[Failure]] | None:
+        """``send_all(command)`` then ``gather_all(...)``: the per-step round trip."""
+        quick = self._quick or self._build_quick()
+        if quick is None:
+            self.send_all(command)
+            return self.gather_all(timeout, what, stop_at_death)
+        return quick[0](command, timeout, what, stop_at_death)
+
     def gather_all(
         self, timeout: float | None, what: str, stop_at_death: bool = False
     ) -> tuple[dict[int, Reply], list[Failure]] | None:
-        """``gather`` over the whole pool, with the per-step case first. Returns None when
-        every worker answered with a plain OK (nothing to decode: the usual cheap step).
+        """``gather`` over the whole pool. Returns None when every worker answered with a
+        plain OK (nothing to decode: the usual cheap step)."""
+        quick = self._quick or self._build_quick()
+        if quick is None:
+            return self.gather(self.resources.workers, timeout, what, stop_at_death)
+        return quick[1](timeout, what, stop_at_death)
 
-        When the parent does not busy-poll (the partner layout, one CPU, or no spin), it
-        sleeps until the partner (the worker on its CPU, or the only worker) answers or
-        anyone dies; the others have usually answered by then. If the kept poll object then
-        shows every reply fd readable and nothing else, each reply header is read and
-        compared, as bytes, with the plain OK it should be. On a cheap env the parent shares
-        its CPU with the partner, so every call and lookup here is paid twice: in time, and
-        in the caches and branch history the partner finds cold after us (measured, in
-        docs/benchmarks.md, fourth round). Anything else (a reply still to come, a payload,
-        an error, a death, a stale or broken frame) goes on through ``gather`` for the
-        workers still awaited, within the same deadline.
+    def _build_quick(self) -> _Quick | None:
+        """The per-step round trip as two closures over what it needs, kept until the workers
+        change (``_forget_workers``), or None when it does not apply: the parent busy-polls,
+        or there is no partner.
+
+        The parent sends the partner its command last and sleeps until the partner (the
+        worker on its CPU, or the only worker) answers or anyone dies; the others have
+        usually answered by then. If the kept poll object then shows every reply fd readable
+        and nothing else, each reply header is read and compared, as bytes, with the plain OK
+        it should be. On a cheap env the parent shares its CPU with the partner, so every
+        call and attribute lookup here is paid twice: in time, and in the caches and branch
+        history the partner finds cold after us (docs/benchmarks.md, fourth round: these
+        closures against the same steps as methods). Anything else (a reply still to come,
+        a payload, an error, a death, a stale or broken frame) goes on through ``gather``
+        for the workers still awaited, within the same deadline (``_take_rest``).
         """
-        workers = self.resources.workers
+        workers = list(self.resources.workers)
         first = self.wait_first
         if self.spin_s or first is None:
-            return self.gather(workers, timeout, what, stop_at_death)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        quick = self._quick
-        if quick is None:
-            quick = self._quick_wait(workers[first])
-        partner_poll, full_poll, all_ready = quick
-        partner_poll(-1 if timeout is None else int(timeout * 1000) + 1)
-        replies: dict[int, Reply] = {}
-        if full_poll(0) == all_ready:  # every reply fd readable, and no sentinel fired
-            read, plain = os.read, proto.HEADER.pack
-            for w in workers:
-                head = read(w.reply_fd, proto.HEADER.size)
-                if head == plain(0, Status.OK, w.expected):
-                    w.expected = None
-                    continue
-                # Not a plain OK: whatever is not a valid answer is left to gather() (for a
-                # stale frame, the answer may still be on its way behind it).
-                try:
-                    code, seq, payload = proto.finish_frame(w.reply_fd, head)
-                except (EOFError, OSError):
-                    break  # gather() sees the EOF again and reports the death
-                if seq != w.expected:
-                    break
-                replies[w.index] = (_STATUSES[code], payload)
-                w.expected = None
-            else:
-                if not replies:
-                    return None
-                for w in workers:
-                    replies.setdefault(w.index, PLAIN_OK)
-                return replies, []
-            for w in workers:
-                if w.expected is None:
-                    replies.setdefault(w.index, PLAIN_OK)
-        rest = [w for w in workers if w.index not in replies]
-        more, failures = self.gather(rest, timeout, what, stop_at_death, deadline=deadline)
-        replies.update(more)
-        return replies, failures
-
-    def _quick_wait(self, partner: Worker) -> tuple[Any, Any, list[tuple[int, int]]]:
-        """What ``gather_all`` waits with, kept until the workers change: the partner's poll
-        (its reply fd and every sentinel), the full poll and the events it returns when every
-        reply is in and nothing else happened (poll lists fds in registration order)."""
+            return None
+        order = self._send_order()
+        partner_poll = self._partner_poller(workers[first]).poll
         poller, by_fd = self._full_poller()
-        order = [fd for fd, (_, is_reply) in by_fd.items() if is_reply]
-        self._quick = (
-            self._partner_poller(partner).poll,
-            poller.poll,
-            [(fd, select.POLLIN) for fd in order],
-        )
+        full_poll = poller.poll
+        # What the full poll returns when every reply is in and nothing else happened (poll
+        # lists fds in registration order; any other order only costs the slower path).
+        all_ready = [(fd, select.POLLIN) for fd, (_, is_reply) in by_fd.items() if is_reply]
+        read, write, pack, size = os.read, os.write, proto.HEADER.pack, proto.HEADER.size
+        monotonic, ok, take_rest = time.monotonic, Status.OK, self._take_rest
+
+        def take(
+            timeout: float | None, what: str, stop_at_death: bool
+        ) -> tuple[dict[int, Reply], list[Failure]] | None:
+            if timeout is None:
+                deadline = None
+                partner_poll(-1)
+            else:
+                deadline = monotonic() + timeout
+                partner_poll(int(timeout * 1000) + 1)
+            if full_poll(0) != all_ready:
+                return take_rest(None, b"", timeout, what, stop_at_death, deadline)
+            for w in workers:
+                head = read(w.reply_fd, size)
+                if head != pack(0, ok, w.expected):
+                    return take_rest(w, head, timeout, what, stop_at_death, deadline)
+                w.expected = None
+            return None
+
+        def round_trip(
+            command: Command, timeout: float | None, what: str, stop_at_death: bool
+        ) -> tuple[dict[int, Reply], list[Failure]] | None:
+            for w in order:
+                seq = w.seq = w.seq + 1
+                w.expected = seq
+                try:
+                    write(w.cmd_fd, pack(0, command, seq))
+                except OSError:
+                    pass  # as in send()
+            return take(timeout, what, stop_at_death)
+
+        self._quick = (round_trip, take)
         return self._quick
+
+    def _take_rest(
+        self,
+        odd: Worker | None,
+        head: bytes,
+        timeout: float | None,
+        what: str,
+        stop_at_death: bool,
+        deadline: float | None,
+    ) -> tuple[dict[int, Reply], list[Failure]]:
+        """The quick read's way out: ``odd`` sent ``head``, which is not a plain OK. Workers
+        already read answered plain OKs; the others are gathered as usual."""
+        replies: dict[int, Reply] = {}
+        if odd is not None:
+            try:
+                code, seq, payload = proto.finish_frame(odd.reply_fd, head)
+            except (EOFError, OSError):
+                pass  # gather() sees the EOF again and reports the death
+            else:
+                # A stale frame (the late answer to an abandoned call) is dropped; gather()
+                # waits for the answer behind it.
+                if seq == odd.expected:
+                    replies[odd.index] = (_STATUSES[code], payload)
+                    odd.expected = None
+        workers = self.resources.workers
+        rest = [w for w in workers if w.expected is not None]
+        for w in workers:
+            if w.expected is None:
+                replies.setdefault(w.index, PLAIN_OK)
+        failures: list[Failure] = []
+        if rest:
+            more, failures = self.gather(rest, timeout, what, stop_at_death, deadline=deadline)
+            replies.update(more)
+        return replies, failures
 
     def gather(
         self,

@@ -814,14 +814,14 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             # Not kept in this frame: if the gather raises, a traceback the caller keeps would
             # hold the action views, and through them the shared block, open after close().
             del store
-            pool = self._pool
-            pool.send_all(Command.STEP)
             self._state = state = _State.WAITING_STEP
-            # _collect without a parent share to run (one call less on this path).
+            # send_all + _collect without a parent share to run, in one call.
             timeout = self.default_timeout
             restart = self.on_worker_failure == "restart" and len(self.restarts) < self.max_restarts
             try:
-                gathered = pool.gather_all(timeout, _WAITING[state], stop_at_death=not restart)
+                gathered = self._pool.exchange(
+                    Command.STEP, timeout, _WAITING[state], stop_at_death=not restart
+                )
             except KeyboardInterrupt:
                 self._state = _State.IDLE  # as in _collect
                 raise

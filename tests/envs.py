@@ -81,8 +81,12 @@ class ZooEnv(gym.Env[Any, Any]):
         max_steps: int = 7,
         render_mode: str | None = None,
         terminate_prob: float = 0.15,
+        quiet: bool = False,
+        step_seconds: float = 0.0,
     ) -> None:
         self.terminate_prob = terminate_prob
+        self.quiet = quiet  # no step infos: the workers' replies are then plain OKs
+        self.step_seconds = step_seconds  # a slow env: each step sleeps this long
         self.observation_space = obs_space if obs_space is not None else spaces.Box(0, 1, (3,))
         self.action_space = act_space if act_space is not None else spaces.Discrete(3)
         self.max_steps = max_steps
@@ -106,6 +110,8 @@ class ZooEnv(gym.Env[Any, Any]):
     def step(self, action: Any):
         self.t += 1
         self.last_action = action
+        if self.step_seconds:
+            time.sleep(self.step_seconds)
         u = float(self.np_random.random())
         terminated = u < self.terminate_prob
         truncated = self.t >= self.max_steps
@@ -118,7 +124,7 @@ class ZooEnv(gym.Env[Any, Any]):
             info["vec"] = np.full(2, u)
         if u > 0.8:
             info["nested"] = {"depth": self.t, "name": f"n{self.t}"}
-        return self._obs(), reward, terminated, truncated, info
+        return self._obs(), reward, terminated, truncated, {} if self.quiet else info
 
     def render(self) -> np.ndarray:
         return np.full((4, 4, 3), self.t, dtype=np.uint8)
@@ -184,10 +190,12 @@ class CrashEnv(ZooEnv):
 
 
 def crash_fns(num_envs: int, crash_at: int, how: str, **kw: Any) -> list[Any]:
-    """Factories for ``num_envs`` envs of which env ``crash_at`` misbehaves as ``how``."""
+    """Factories for ``num_envs`` envs of which env ``crash_at`` misbehaves as ``how``
+    (``quiet`` and ``step_seconds`` apply to every env)."""
+    shared = {k: kw[k] for k in ("quiet", "step_seconds") if k in kw}
 
     def healthy() -> gym.Env[Any, Any]:
-        return ZooEnv(max_steps=10**6, terminate_prob=0.0)
+        return ZooEnv(max_steps=10**6, terminate_prob=0.0, **shared)
 
     def crashing() -> gym.Env[Any, Any]:
         return CrashEnv(how, max_steps=10**6, terminate_prob=0.0, **kw)

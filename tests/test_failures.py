@@ -208,8 +208,13 @@ def test_worker_killed_while_idle_is_reported_on_next_call() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later() -> None:
-    envs = SubprocVectorEnv(crash_fns(4, 1, "hang", seconds=1.0), num_workers=2)
+@pytest.mark.parametrize("quiet", [False, True], ids=["infos", "plain_ok"])
+def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later(quiet: bool) -> None:
+    # quiet: no infos, so the late reply is a plain OK that differs from the awaited one
+    # only in its sequence number. Slow steps: a parent that took the late reply for the
+    # awaited one would return the block while worker 0 is still writing the next step.
+    fns = crash_fns(4, 1, "hang", seconds=1.0, quiet=quiet, step_seconds=0.1)
+    envs = SubprocVectorEnv(fns, num_workers=2)
     try:
         envs.reset(seed=0)
         actions = np.zeros(4, dtype=np.int64)
@@ -226,7 +231,7 @@ def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later() -> None
         second = envs.step(actions)
         assert envs.get_attr("t") == (2, 2, 2, 2)
         reference = gym.vector.SyncVectorEnv(
-            [lambda: ZooEnv(max_steps=10**6, terminate_prob=0.0)] * 4
+            [lambda: ZooEnv(max_steps=10**6, terminate_prob=0.0, quiet=quiet)] * 4
         )
         reference.reset(seed=0)
         reference.step(actions)
@@ -237,12 +242,23 @@ def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later() -> None
 
 
 @pytest.mark.timeout(60)
-def test_constructor_timeout_applies_to_every_wait() -> None:
-    envs = SubprocVectorEnv(crash_fns(2, 0, "hang", seconds=2.0), num_workers=2, timeout=0.2)
+@pytest.mark.parametrize("stuck", [0, 1], ids=["partner", "other_worker"])
+def test_constructor_timeout_applies_to_every_wait(
+    stuck: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The partner layout: the parent sleeps on worker 0's reply, then reads the plain OKs it
+    # finds ready (quiet envs: no infos). A stuck worker 1 must not make that read block.
+    monkeypatch.setattr("subvec.vector.usable_cpus", lambda: 2)
+    fns = crash_fns(2, stuck, "hang", seconds=30, quiet=True)
+    envs = SubprocVectorEnv(fns, num_workers=2, timeout=0.2)
+    assert envs._partner == 0
     try:
         envs.reset(seed=0)
-        with pytest.raises(WorkerTimeoutError):
+        start = time.monotonic()
+        with pytest.raises(WorkerTimeoutError) as info:
             envs.step(envs.action_space.sample())
+        assert time.monotonic() - start < 10
+        assert info.value.env_indices == (stuck,)
     finally:
         envs.close(terminate=True)
 
