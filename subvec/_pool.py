@@ -337,11 +337,13 @@ class WorkerPool:
         ) -> tuple[dict[int, Reply], list[Failure]] | None:
             if timeout is None:
                 deadline = None
-                partner_poll(-1)
+                events = partner_poll(-1)
             else:
                 deadline = monotonic() + timeout
-                partner_poll(int(timeout * 1000) + 1)
-            if full_poll(0) != all_ready:
+                events = partner_poll(int(timeout * 1000) + 1)
+            # With one worker, the partner's own events already say it all (one system call
+            # less per step on one CPU); otherwise the full poll shows the others.
+            if events != all_ready and full_poll(0) != all_ready:
                 return take_rest(None, b"", timeout, what, stop_at_death, deadline)
             for w in workers:
                 head = read(w.reply_fd, size)
@@ -374,21 +376,27 @@ class WorkerPool:
         stop_at_death: bool,
         deadline: float | None,
     ) -> tuple[dict[int, Reply], list[Failure]]:
-        """The quick read's way out: ``odd`` sent ``head``, which is not a plain OK. Workers
-        already read answered plain OKs; the others are gathered as usual."""
+        """The quick read's way out. ``odd`` (None when not every reply was in) sent ``head``,
+        which is not a plain OK; the workers before it answered plain OKs. Every reply being
+        in, the ones from ``odd`` on are read and parsed here (infos from every env each step
+        are common: MuJoCo, Atari); a death, a stale frame or a reply still to come is left
+        to ``gather``, within the same deadline."""
         replies: dict[int, Reply] = {}
-        if odd is not None:
-            try:
-                code, seq, payload = proto.finish_frame(odd.reply_fd, head)
-            except (EOFError, OSError):
-                pass  # gather() sees the EOF again and reports the death
-            else:
-                # A stale frame (the late answer to an abandoned call) is dropped; gather()
-                # waits for the answer behind it.
-                if seq == odd.expected:
-                    replies[odd.index] = (_STATUSES[code], payload)
-                    odd.expected = None
         workers = self.resources.workers
+        if odd is not None:
+            for w in workers[workers.index(odd) :]:
+                try:
+                    if w is not odd:
+                        head = os.read(w.reply_fd, proto.HEADER.size)
+                    code, seq, payload = proto.finish_frame(w.reply_fd, head)
+                except (EOFError, OSError):
+                    break  # gather() sees the EOF again and reports the death
+                if seq != w.expected:
+                    # A stale frame (the late answer to an abandoned call) is dropped;
+                    # gather() waits for the answer behind it.
+                    break
+                replies[w.index] = (_STATUSES[code], payload)
+                w.expected = None
         rest = [w for w in workers if w.expected is not None]
         for w in workers:
             if w.expected is None:

@@ -35,6 +35,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 from subvec import _protocol as proto
 from subvec import _spaces
 from subvec._core import EnvSlab, SlabArrays, SlabResult
+from subvec._infos import to_columns
 from subvec._protocol import Command, ErrorRecord, Status
 from subvec._shm import BlockLayout, SharedBlock
 from subvec._topology import Placement, PlacementReport, apply_placement
@@ -64,6 +65,8 @@ class AttachSpec:
     action_space: Any  # single space; None when actions travel by value
     #: per worker index: busy-poll for the next command this long before blocking
     spin_us: tuple[float, ...] = ()
+    #: send scalar infos as columns (the parent merges them for info_format="gymnasium")
+    info_columns: bool = False
 
 
 def _watch_parent() -> None:
@@ -143,6 +146,7 @@ class _Server:
         self.reply_fd = reply_fd
         self.block: SharedBlock | None = None
         self.spin_s = 0.0
+        self.info_columns = False
 
     def _spin_for_command(self, poller: select.poll) -> None:
         """Busy-poll the command pipe for up to ``spin_s``: when the parent answers within that
@@ -268,14 +272,18 @@ class _Server:
                 raise TypeError(f"{what} returned by the env cannot be pickled: {exc}") from exc
 
     def _dump_result(self, result: SlabResult) -> bytes:
+        infos: Any = result.infos
+        if self.info_columns and infos:
+            infos = to_columns(infos) or infos
         return self._dump_per_env(
-            (result.infos, result.obs), "the info", [*result.infos, *(result.obs or ())]
+            (infos, result.obs), "the info", [*result.infos, *(result.obs or ())]
         )
 
     def attach(self, spec: AttachSpec) -> None:
         block = SharedBlock.attach(spec.block_name, spec.layout)
         self.block = block
         self.spin_s = spec.spin_us[self.index] * 1e-6 if spec.spin_us else 0.0
+        self.info_columns = spec.info_columns
         lo, hi = self.slab.first_index, self.slab.first_index + len(self.slab.envs)
         views = block.views
         write_obs = read_action = None

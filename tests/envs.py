@@ -232,3 +232,21 @@ class UnpicklableInfoEnv(ZooEnv):
         if self.t == 2:
             info = {**info, "lock": threading.Lock()}
         return obs, reward, terminated, truncated, info
+
+
+class SteadyInfoEnv(ZooEnv):
+    """The same scalar keys every step, of numpy and Python types, as MuJoCo and Atari envs
+    report them: the workers send these as columns."""
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, _ = super().step(action)
+        u = float(self.np_random.random())
+        info = {
+            "x_position": np.float64(u),
+            "reward_ctrl": np.float32(-u),
+            "lives": int(u * 5),
+            "frame": np.int64(self.t),
+            "speed": u * 3.0,
+            "alive": u > 0.1,
+        }
+        return obs, reward, terminated, truncated, info

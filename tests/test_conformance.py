@@ -14,7 +14,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from subvec import SubprocVectorEnv
-from tests.envs import ScalarInfoEnv, ZooEnv, make_zoo, space_zoo
+from subvec._infos import merge_columns
+from tests.envs import ScalarInfoEnv, SteadyInfoEnv, ZooEnv, make_zoo, space_zoo
 from tests.helpers import assert_same
 
 MODES = list(AutoresetMode)
@@ -282,8 +283,27 @@ def test_parent_envs_serve_calls_and_attributes() -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_steady_scalar_infos_travel_as_columns_and_match_sync(
+    mode: AutoresetMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The workers send these infos as columns (subvec._infos); the parent merges them per key.
+    merged = []
+
+    def counting(parts: Any, num_envs: int) -> Any:
+        result = merge_columns(parts, num_envs)
+        merged.append(result is not None)
+        return result
+
+    monkeypatch.setattr("subvec.vector.merge_columns", counting)
+    fns = [lambda: SteadyInfoEnv(terminate_prob=0.01, max_steps=10**6) for _ in range(5)]
+    run_side_by_side(fns, mode, steps=100, num_workers=2)
+    assert sum(merged) >= 80, "the columns were not used"  # steps with an episode end: events
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
 def test_scalar_infos_take_the_columnar_path_and_match_sync(mode: AutoresetMode) -> None:
-    # Scalar-only infos are merged a column at a time (vector._merge_scalar_infos); keys that
+    # Scalar-only infos are merged a column at a time (subvec._infos); keys that
     # come and go and a key that changes type must still give SyncVectorEnv's exact arrays.
     fns = [lambda: ScalarInfoEnv(terminate_prob=0.02) for _ in range(5)]
     run_side_by_side(fns, mode, steps=300, num_workers=2)
