@@ -1,0 +1,103 @@
+"""What the parent's step costs where it runs: subvec's own step next to the lean model's parent
+driving the same subvec workers, with the user and system CPU of every process (fourth round).
+
+In ``lean`` mode the parent does only what the lean model's does (copy the actions in, one
+write per worker with the partner last, sleep on the partner's reply, read every reply, copy
+the results out): no checks, no fallbacks, none of subvec's Python around the hand-offs. The
+difference in wall time and in CPU is what subvec's parent-side step costs *in situ*, on a CPU
+it shares with the partner, which is far more than the same code costs in a hot loop (the
+caches and branch history each side finds cold after the other). Reading the parent's user
+CPU per step in both modes shows how close a change brings subvec to the model.
+
+    python benchmarks/experiments/in_situ.py --num-envs 16 --mode subvec
+    python benchmarks/experiments/in_situ.py --num-envs 16 --mode lean
+    taskset -c 0 python benchmarks/experiments/in_situ.py --num-envs 8 --mode lean   # one core
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import select
+import time
+from typing import Any
+
+import numpy as np
+import psutil
+from ab_checkouts import factory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="cartpole")
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--mode", choices=("subvec", "lean"), default="subvec")
+    parser.add_argument("--kwargs", default="{}")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    import subvec
+    from subvec import _protocol as proto
+
+    n = args.num_envs
+    envs = subvec.SubprocVectorEnv([factory(args.workload)] * n, **ast.literal_eval(args.kwargs))
+    try:
+        envs.reset(seed=0)
+        envs.action_space.seed(0)
+        actions = [envs.action_space.sample() for _ in range(64)]
+        step: Any = envs.step
+        if args.mode == "lean":
+            step = _lean_step(envs, proto)
+        for i in range(300):
+            step(actions[i % 64])
+        processes = [psutil.Process()] + [psutil.Process(pid) for pid in envs.worker_pids if pid]
+        before = [p.cpu_times()[:2] for p in processes]
+        start, steps = time.perf_counter(), 0
+        while time.perf_counter() - start < args.seconds:
+            step(actions[steps % 64])
+            steps += 1
+        wall = time.perf_counter() - start
+        after = [p.cpu_times()[:2] for p in processes]
+        print(
+            f"{args.workload} x {n}, {args.mode}: {steps * n / wall:,.0f} env-steps/s, "
+            f"wall {1e6 * wall / steps:.1f} us/step"
+        )
+        for name, (u0, s0), (u1, s1) in zip(
+            ["parent"] + [f"worker {w.index}" for w in envs._pool.workers], before, after
+        ):
+            print(f"  {name}: user {1e6 * (u1 - u0) / steps:.1f}, system {1e6 * (s1 - s0) / steps:.1f} us/step")
+    finally:
+        envs.close()
+
+
+def _lean_step(envs: Any, proto: Any) -> Any:
+    """The lean model's parent over subvec's workers (the plain layout, gymnasium infos off the
+    path: only envs without infos give a meaningful comparison)."""
+    pool = envs._pool
+    workers = pool.workers
+    partner = workers[envs._partner if envs._partner is not None else 0]
+    order = [w for w in workers if w is not partner] + [partner]
+    poller = select.poll()
+    poller.register(partner.reply_fd, select.POLLIN)
+    for w in workers:
+        poller.register(w.process.sentinel, select.POLLIN)
+    act = pool.resources.block.views["act0"]
+    obs, rew = envs._observations, envs._rewards
+    term, trunc = envs._terminations, envs._truncations
+    pack, size, step_code = proto.HEADER.pack, proto.HEADER.size, int(proto.Command.STEP)
+
+    def step(actions: Any) -> Any:
+        np.copyto(act, actions)
+        for w in order:
+            w.seq += 1
+            os.write(w.cmd_fd, pack(0, step_code, w.seq))
+        poller.poll()
+        for w in workers:
+            os.read(w.reply_fd, size)
+        return obs.copy(), rew.copy(), term.copy(), trunc.copy(), {}
+
+    return step
+
+
+if __name__ == "__main__":
+    main()
