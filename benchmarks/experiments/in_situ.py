@@ -65,7 +65,8 @@ def main() -> None:
         for name, (u0, s0), (u1, s1) in zip(
             ["parent"] + [f"worker {w.index}" for w in envs._pool.workers], before, after
         ):
-            print(f"  {name}: user {1e6 * (u1 - u0) / steps:.1f}, system {1e6 * (s1 - s0) / steps:.1f} us/step")
+            user, system = 1e6 * (u1 - u0) / steps, 1e6 * (s1 - s0) / steps
+            print(f"  {name}: user {user:.1f}, system {system:.1f} us/step")
     finally:
         envs.close()
 
