@@ -29,7 +29,7 @@ from subvec._topology import Placement
 from subvec._worker import WorkerHello, worker_main
 from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note, describe_exitcode
 
-__all__ = ["PLAIN_OK", "Failure", "Reply", "Worker", "WorkerPool", "release"]
+__all__ = ["PLAIN_OK", "Failure", "Gathered", "Reply", "Worker", "WorkerPool", "release"]
 
 #: After SIGTERM, how long a worker gets before SIGKILL; also the grace of a last-resort close.
 TERMINATE_GRACE = 1.0
@@ -284,7 +284,7 @@ class WorkerPool:
 
     def exchange(
         self, command: Command, timeout: float | None, what: str, stop_at_death: bool = False
-    ) -> tuple[dict[int, Reply], list[Failure]] | None:
+    ) -> Gathered | None:
         """``send_all(command)`` then ``gather_all(...)``: the per-step round trip."""
         quick = self._quick or self._build_quick()
         if quick is None:
@@ -294,7 +294,7 @@ class WorkerPool:
 
     def gather_all(
         self, timeout: float | None, what: str, stop_at_death: bool = False
-    ) -> tuple[dict[int, Reply], list[Failure]] | None:
+    ) -> Gathered | None:
         """``gather`` over the whole pool. Returns None when every worker answered with a
         plain OK (nothing to decode: the usual cheap step)."""
         quick = self._quick or self._build_quick()
@@ -334,7 +334,7 @@ class WorkerPool:
 
         def take(
             timeout: float | None, what: str, stop_at_death: bool
-        ) -> tuple[dict[int, Reply], list[Failure]] | None:
+        ) -> Gathered | None:
             if timeout is None:
                 deadline = None
                 events = partner_poll(-1)
@@ -354,7 +354,7 @@ class WorkerPool:
 
         def round_trip(
             command: Command, timeout: float | None, what: str, stop_at_death: bool
-        ) -> tuple[dict[int, Reply], list[Failure]] | None:
+        ) -> Gathered | None:
             for w in order:
                 seq = w.seq = w.seq + 1
                 w.expected = seq
@@ -375,7 +375,7 @@ class WorkerPool:
         what: str,
         stop_at_death: bool,
         deadline: float | None,
-    ) -> tuple[dict[int, Reply], list[Failure]]:
+    ) -> Gathered:
         """The quick read's way out. ``odd`` (None when not every reply was in) sent ``head``,
         which is not a plain OK; the workers before it answered plain OKs. Every reply being
         in, the ones from ``odd`` on are read and parsed here (infos from every env each step

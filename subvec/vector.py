@@ -54,6 +54,7 @@ from subvec._infos import InfoColumns, as_events, merge_columns, merge_scalar_ev
 from subvec._pool import (
     PLAIN_OK,
     Failure,
+    Gathered,
     Reply,
     Worker,
     WorkerPool,
@@ -621,7 +622,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     def _parts(
         self,
         state: _State,
-        gathered: tuple[dict[int, Reply], list[Failure]] | None,
+        gathered: Gathered | None,
         local_part: tuple[int, Any] | None,
         timeout: float | None,
         restart: bool,
