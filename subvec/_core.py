@@ -25,7 +25,7 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-__all__ = ["EnvSlab", "SlabArrays", "SlabResult"]
+__all__ = ["EnvSlab", "FinalObsInBlock", "SlabArrays", "SlabResult", "final_obs_store"]
 
 InfoEvent = tuple[int, dict[str, Any]]
 
@@ -44,6 +44,16 @@ class SlabArrays:
     truncations: np.ndarray
     write_obs: Callable[[Any, int], None] | None = None
     read_action: Callable[[int], Any] | None = None
+    #: SAME_STEP: ``store(final_obs, i) -> bool`` keeps an ended env's final observation in
+    #: the block when it fits it exactly (type, dtype, shape); see :class:`FinalObsInBlock`
+    store_final_obs: Callable[[Any, int], bool] | None = None
+
+
+class FinalObsInBlock:
+    """Stands for an ended env's final observation that ``store_final_obs`` kept in the block
+    (SAME_STEP). An ended env whose final info is also empty reports no event at all: its
+    ``{"final_obs": ..., "final_info": {}}`` is implied by its termination or truncation
+    flag, and the reader rebuilds it, in the same place among the events."""
 
 
 @dataclass
@@ -53,6 +63,21 @@ class SlabResult:
 
     def is_empty(self) -> bool:
         return not self.infos and not self.obs
+
+
+def final_obs_store(rows: np.ndarray) -> Callable[[Any, int], bool]:
+    """``store(obs, i)``: copy ``obs`` into ``rows[i]`` if it is an ndarray of exactly the
+    rows' dtype and shape, and say whether it did. Anything else travels in the final event
+    by value, so the reader gets the very object SyncVectorEnv would report."""
+    dtype, shape = rows.dtype, rows.shape[1:]
+
+    def store(obs: Any, i: int) -> bool:
+        if type(obs) is np.ndarray and obs.dtype == dtype and obs.shape == shape:
+            rows[i] = obs
+            return True
+        return False
+
+    return store
 
 
 class EnvSlab:
@@ -118,6 +143,7 @@ class EnvSlab:
         rewards, terms, truncs = arrays.rewards, arrays.terminations, arrays.truncations
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        store_final = arrays.store_final_obs
         needs_reset = self.needs_reset
         result = SlabResult()
         infos = result.infos
@@ -138,7 +164,11 @@ class EnvSlab:
                     truncs[i] = truncated
                     if terminated or truncated:
                         if same_step:
-                            infos.append((i, {"final_obs": obs, "final_info": info}))
+                            if store_final is None or not store_final(obs, i):
+                                infos.append((i, {"final_obs": obs, "final_info": info}))
+                            elif info:
+                                kept = {"final_obs": FinalObsInBlock, "final_info": info}
+                                infos.append((i, kept))
                             obs, info = env.reset()
                         else:
                             needs_reset[i] = True

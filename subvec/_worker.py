@@ -34,7 +34,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
 from subvec import _spaces
-from subvec._core import EnvSlab, SlabArrays, SlabResult
+from subvec._core import EnvSlab, SlabArrays, SlabResult, final_obs_store
 from subvec._infos import to_columns
 from subvec._protocol import Command, ErrorRecord, Status
 from subvec._shm import BlockLayout, SharedBlock
@@ -67,6 +67,8 @@ class AttachSpec:
     spin_us: tuple[float, ...] = ()
     #: send scalar infos as columns (the parent merges them for info_format="gymnasium")
     info_columns: bool = False
+    #: SAME_STEP: keep final observations in the block's "final_obs" rows (see _core)
+    final_obs: bool = False
 
 
 def _watch_parent() -> None:
@@ -308,5 +310,8 @@ class _Server:
                 truncations=views["truncations"][lo:hi],
                 write_obs=write_obs,
                 read_action=read_action,
+                store_final_obs=final_obs_store(views["final_obs"][lo:hi])
+                if spec.final_obs
+                else None,
             )
         )

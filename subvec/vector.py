@@ -49,7 +49,7 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec import _protocol as proto
 from subvec import _spaces
-from subvec._core import EnvSlab, SlabArrays, SlabResult
+from subvec._core import EnvSlab, FinalObsInBlock, SlabArrays, SlabResult, final_obs_store
 from subvec._infos import InfoColumns, as_events, merge_columns, merge_scalar_events
 from subvec._pool import (
     PLAIN_OK,
@@ -493,6 +493,16 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         if self._obs_shared:
             for k, leaf in enumerate(_spaces.leaf_specs(obs_space)):
                 arrays.append((f"obs{k}", leaf.dtype, (n, *leaf.shape)))
+        leaves = _spaces.leaf_specs(obs_space) if self._obs_shared else []
+        #: SAME_STEP, one array of observations: ended envs leave their final observation in
+        #: the block, and those whose final info is empty send nothing (see _core.FinalObsInBlock)
+        self._final_in_block = (
+            self.autoreset_mode is AutoresetMode.SAME_STEP
+            and len(leaves) == 1
+            and not leaves[0].path
+        )
+        if self._final_in_block:
+            arrays.append(("final_obs", leaves[0].dtype, (n, *leaves[0].shape)))
         layout = BlockLayout.plan(arrays)
         try:
             block = SharedBlock.create(layout)
@@ -505,6 +515,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 action_space=act_space if self._act_shared else None,
                 spin_us=self._worker_spin_us,
                 info_columns=self.info_format == "gymnasium",
+                final_obs=self._final_in_block,
             )
             self._attach_payload = cloudpickle.dumps(spec)
             workers = self._pool.workers
@@ -518,6 +529,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             self._finalizer()
             raise
         views = block.views
+        self._final_obs_rows = views["final_obs"] if self._final_in_block else None
         self._rewards = views["rewards"]
         self._terminations = views["terminations"]
         self._truncations = views["truncations"]
@@ -557,6 +569,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 truncations=views["truncations"][lo:],
                 write_obs=write_obs,
                 read_action=read_action,
+                store_final_obs=final_obs_store(views["final_obs"][lo:])
+                if self._final_in_block
+                else None,
             )
         )
 
@@ -831,6 +846,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             if gathered is not None:
                 return self._step_results(self._parts(state, gathered, None, timeout, restart))
             self._state = _State.IDLE
+            if self._final_in_block and (self._terminations.any() or self._truncations.any()):
+                return self._step_results([])  # final events implied by the flags
             # Nothing but the shared block to read: the usual cheap-env step, returned without
             # the general merge (this Python shares its CPU with the partner's envs).
             obs = self._observations
@@ -887,6 +904,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             self._rewards[self._restarted] = 0.0
             self._terminations[self._restarted] = False
             self._truncations[self._restarted] = True
+        if self._final_in_block:
+            parts = self._with_final_obs(parts)
         obs = self._observations_out(parts)
         infos = self._merge_infos(parts)
         if self.autoreset_mode is AutoresetMode.DISABLED:  # only that mode refuses ended envs
@@ -900,6 +919,54 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         )
 
     # --- results ----------------------------------------------------------------------------
+
+    def _with_final_obs(self, parts: Sequence[tuple[int, Any]]) -> list[tuple[int, Any]]:
+        """SAME_STEP with final observations kept in the block: each ended env's final event,
+        with its observation copied out of the block, in the place SyncVectorEnv gives it
+        (after the events of the envs before it, before its own reset info). Workers leave
+        the event out when the final info is empty, and send a stand-in for the observation
+        otherwise; an env ended by a worker restart has no final observation."""
+        ended_mask = self._terminations | self._truncations
+        if self._any_restarted:
+            ended_mask &= ~self._restarted
+        ended = np.flatnonzero(ended_mask).tolist()
+        if not ended:
+            return list(parts)  # no final event, so no stand-in either
+        rows = self._final_obs_rows
+        assert rows is not None
+        sent = dict(parts)
+        out: list[tuple[int, Any]] = []
+        for lo, hi in self._slab_bounds():
+            data = sent.get(lo)
+            mine = [i - lo for i in ended if lo <= i < hi]
+            if not mine:
+                if data is not None:
+                    out.append((lo, data))
+                continue
+            events = list(as_events(data[0])) if data is not None else []
+            kept = {e for e, info in events if info.get("final_obs") is FinalObsInBlock}
+            merged: list[tuple[int, dict[str, Any]]] = []
+            k = 0
+            for local in mine:
+                while k < len(events) and events[k][0] < local:
+                    merged.append(events[k])
+                    k += 1
+                if local not in kept:
+                    final = rows[lo + local, ...].copy()  # [i, ...]: a 0-d leaf stays an array
+                    merged.append((local, {"final_obs": final, "final_info": {}}))
+            merged += events[k:]
+            for local, info in merged:
+                if info.get("final_obs") is FinalObsInBlock:
+                    info["final_obs"] = rows[lo + local, ...].copy()
+            out.append((lo, (merged, data[1] if data is not None else None)))
+        return out
+
+    def _slab_bounds(self) -> list[tuple[int, int]]:
+        """``(first, one past the last)`` env index of each worker and of the parent's envs."""
+        bounds = [(w.lo, w.hi) for w in self._pool.workers]
+        if self._local is not None:
+            bounds.append((self._local.first_index, self.num_envs))
+        return bounds
 
     def _observations_out(self, parts: Sequence[tuple[int, Any]]) -> Any:
         if not self._obs_shared:
@@ -1058,7 +1125,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
 
     def _drop_views(self) -> None:
         # Our own references to the block; without them the block unmaps at once.
-        for name in ("_rewards", "_terminations", "_truncations", "_store_actions"):
+        views = ("_rewards", "_terminations", "_truncations", "_store_actions", "_final_obs_rows")
+        for name in views:
             self.__dict__.pop(name, None)
         if getattr(self, "_obs_shared", False):
             self.__dict__.pop("_observations", None)

@@ -250,3 +250,23 @@ class SteadyInfoEnv(ZooEnv):
             "alive": u > 0.1,
         }
         return obs, reward, terminated, truncated, info
+
+
+class LooseDtypeEnv(ZooEnv):
+    """Returns float64 observations for its float32 Box (gymnasium casts them when it stacks,
+    but an ended episode's final observation is the env's own float64 array)."""
+
+    def _obs(self) -> Any:
+        return np.asarray(super()._obs(), dtype=np.float64)
+
+
+class SilentEnv(ZooEnv):
+    """No infos at all, on reset or step, as CartPole: a SAME_STEP step whose envs end then
+    has nothing to send but the block."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, quiet=True, **kw)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {}

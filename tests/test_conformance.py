@@ -15,7 +15,15 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from subvec import SubprocVectorEnv
 from subvec._infos import merge_columns
-from tests.envs import ScalarInfoEnv, SteadyInfoEnv, ZooEnv, make_zoo, space_zoo
+from tests.envs import (
+    LooseDtypeEnv,
+    ScalarInfoEnv,
+    SilentEnv,
+    SteadyInfoEnv,
+    ZooEnv,
+    make_zoo,
+    space_zoo,
+)
 from tests.helpers import assert_same
 
 MODES = list(AutoresetMode)
@@ -279,6 +287,64 @@ def test_parent_envs_serve_calls_and_attributes() -> None:
         assert len(envs.worker_pids) == 1
     finally:
         envs.close()
+
+
+def _final_obs_fns(kind: str) -> list[Any]:
+    box = spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+    def fn(i: int) -> Any:
+        if kind == "silent" or i < 4:
+            return lambda: SilentEnv(box, terminate_prob=0.2)
+        if i == 6:
+            return lambda: LooseDtypeEnv(box, terminate_prob=0.2, quiet=True)
+        return lambda: ZooEnv(box, terminate_prob=0.2, quiet=i != 5)
+
+    return [fn(i) for i in range(8)]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["silent", "mixed"])
+@pytest.mark.parametrize("layout", ["workers", "parent_envs"])
+def test_same_step_final_observations_kept_in_the_block_match_sync(kind: str, layout: str) -> None:
+    # SAME_STEP: an ended env's final observation stays in the block and, when its final info
+    # is empty, the worker sends no event for it: envs 0-3 (worker 0) have no infos at all,
+    # so their ends travel as plain OKs. In "mixed", env 4 sends reset infos that must follow
+    # the rebuilt final event, env 5 step infos, and env 6's float64 observations do not fit
+    # the float32 block and travel by value.
+    kwargs: dict[str, Any] = {"num_workers": 2}
+    if layout == "parent_envs":
+        kwargs = {"num_workers": 1, "parent_envs": 4}
+    envs = run_side_by_side(_final_obs_fns(kind), AutoresetMode.SAME_STEP, steps=80, **kwargs)
+    assert envs._final_in_block
+
+
+@pytest.mark.timeout(60)
+def test_same_step_final_observations_in_the_list_format() -> None:
+    same_step = AutoresetMode.SAME_STEP
+    fns = _final_obs_fns("mixed")
+    envs = SubprocVectorEnv(fns, autoreset_mode=same_step, info_format="list", num_workers=2)
+    oracle = SyncVectorEnv(fns, autoreset_mode=same_step)
+    try:
+        envs.reset(seed=5)
+        oracle.reset(seed=5)
+        envs.action_space.seed(1)
+        ended = 0
+        for t in range(80):
+            actions = envs.action_space.sample()
+            got, want = envs.step(actions), oracle.step(actions)
+            assert_same(got[:4], want[:4], f"step {t}")
+            for i, info in enumerate(got[4]):
+                assert ("final_obs" in info) == bool(got[2][i] or got[3][i]), (t, i)
+                if "final_obs" in info:
+                    ended += 1
+                    assert list(info)[:2] == ["final_obs", "final_info"]
+                    assert_same(info["final_obs"], want[4]["final_obs"][i], f"{t} {i}")
+                    assert (info["final_info"] == {}) == (i != 5)
+                    assert ("reset_count" in info) == (i >= 4)
+        assert ended > 20
+    finally:
+        envs.close()
+        oracle.close()
 
 
 @pytest.mark.timeout(60)
