@@ -10,7 +10,9 @@ The autoreset logic mirrors gymnasium 1.x SyncVectorEnv so that results are byte
 - NEXT_STEP: an env that ended on the previous step is reset *instead of* stepped; that step
   reports reward 0 and both flags False, and the reset's info.
 - SAME_STEP: an env that ends is reset at once; the step reports the reset observation and the
-  events ``{"final_obs", "final_info"}`` then the reset info.
+  events ``{"final_obs", "final_info"}`` then the reset info. Given ``store_final_obs``, the
+  final observation goes to an array instead, and the final event is left implicit when the
+  final info is empty (:class:`FinalObsInBlock`).
 - DISABLED: the caller resets ended envs with ``reset(mask=...)``; stepping one is refused by the
   vector env before it gets here.
 """
