@@ -140,7 +140,10 @@ class SubprocVecEnv(VecEnv):
         obs, rewards, terminations, truncations, infos = self.vector_env.step_wait()
         dones = terminations | truncations
         out: list[dict[str, Any]] = infos  # type: ignore[assignment]  # info_format="list"
-        for i in np.flatnonzero(dones).tolist():
+        for i, done in enumerate(dones.tolist()):
+            if not done:
+                out[i]["TimeLimit.truncated"] = False
+                continue
             # The core's same-step dict: the reset's info plus the episode's final obs and
             # info. SB3 wants the final info (with terminal_observation) in infos and the
             # reset's info in reset_infos.
@@ -158,8 +161,6 @@ class SubprocVecEnv(VecEnv):
             final_info["TimeLimit.truncated"] = bool(truncations[i] and not terminations[i])
             final_info["terminal_observation"] = final_obs
             out[i] = final_info
-        for i in np.flatnonzero(~dones).tolist():
-            out[i]["TimeLimit.truncated"] = False
         return obs, rewards.astype(np.float32), dones, out
 
     def close(self) -> None:
