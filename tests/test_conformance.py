@@ -190,8 +190,12 @@ def test_list_info_format_holds_each_envs_events() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_legacy_info_format_is_gymnasium_029_layout() -> None:
-    fns = [make_zoo("box_f32") for _ in range(4)]
+@pytest.mark.parametrize("kind", ["zoo", "silent"])
+def test_legacy_info_format_is_gymnasium_029_layout(kind: str) -> None:
+    # silent: no infos at all, so the final events are rebuilt from the flags (SAME_STEP)
+    box = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    maker = make_zoo("box_f32") if kind == "zoo" else lambda: SilentEnv(box, terminate_prob=0.2)
+    fns = [maker for _ in range(4)]
     oracle = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     envs = SubprocVectorEnv(fns, info_format="legacy", num_workers=2)
     try:
