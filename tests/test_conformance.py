@@ -157,6 +157,8 @@ def test_observation_mode_different_matches_sync() -> None:
     ]
     envs = run_side_by_side(fns, AutoresetMode.NEXT_STEP, observation_mode="different")
     assert envs.closed
+    # Past Pendulum's 200-step time limit: SAME_STEP final observations from the block
+    run_side_by_side(fns, AutoresetMode.SAME_STEP, steps=210, observation_mode="different")
 
 
 @pytest.mark.timeout(60)
