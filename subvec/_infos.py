@@ -50,8 +50,8 @@ def to_columns(events: Sequence[InfoEvent]) -> InfoColumns | None:
                 if not _is_scalar_type(kind):
                     return None
                 columns[key] = column = (kind, [], [])
-            elif type(value) is not column[0]:
-                return None
+            elif type(value) is not column[0] or column[1][-1] == env:
+                return None  # a type change, or one env twice (events come in env order)
             column[1].append(env)
             column[2].append(value)
     try:
@@ -84,7 +84,8 @@ def merge_columns(
 ) -> dict[str, Any] | None:
     """Merge the columns of every worker (``(first env index, columns)`` in env order), or
     None when a key's type differs between workers (then the events decide, as in Sync)."""
-    keys: dict[str, tuple[type, list[int], list[bytes]]] = {}
+    # per key: type, [(first env index, local envs)], [packed values]
+    keys: dict[str, tuple[type, list[tuple[int, list[int]]], list[bytes]]] = {}
     for lo, columns in parts:
         for key, kind, envs, raw in columns:
             entry = keys.get(key)
@@ -92,16 +93,18 @@ def merge_columns(
                 keys[key] = entry = (kind, [], [])
             elif entry[0] is not kind:
                 return None
-            entry[1].extend([lo + env for env in envs])
+            entry[1].append((lo, envs))
             entry[2].append(raw)
     merged: dict[str, Any] = {}
-    everyone = list(range(num_envs))
-    for key, (kind, envs, raws) in keys.items():
+    ones = np.ones(num_envs, dtype=np.bool_)
+    for key, (kind, spans, raws) in keys.items():
         values: np.ndarray = np.frombuffer(b"".join(raws), dtype=kind)
-        if envs == everyone:
+        if len(values) == num_envs:
+            # Every env reported the key (envs are distinct): the values are in env order.
             merged[key] = values.copy()  # writable, as Sync's arrays are
-            merged[f"_{key}"] = np.ones(num_envs, dtype=np.bool_)
+            merged[f"_{key}"] = ones.copy()
         else:
+            envs = [lo + env for lo, local in spans for env in local]
             array: np.ndarray = np.zeros(num_envs, dtype=kind)
             array[envs] = values
             mask = np.zeros(num_envs, dtype=np.bool_)

@@ -47,6 +47,7 @@ def test_columns_keep_types_and_order_through_a_round_trip() -> None:
 def test_what_is_not_one_scalar_type_per_key_stays_events(bad: dict[str, Any]) -> None:
     assert to_columns([(0, {"x": 1.0}), (1, bad)]) is None
     assert to_columns([(0, {"x": 1}), (1, {"x": 1.0})]) is None  # the type changes
+    assert to_columns([(0, {"x": 1.0}), (0, {"x": 2.0})]) is None  # one env twice
 
 
 def test_merged_columns_equal_gymnasiums_merge() -> None:
