@@ -397,10 +397,12 @@ class WorkerPool:
                     break
                 replies[w.index] = (_STATUSES[code], payload)
                 w.expected = None
-        rest = [w for w in workers if w.expected is not None]
+        rest = []
         for w in workers:
-            if w.expected is None:
+            if w.expected is None:  # answered: a plain OK unless parsed above
                 replies.setdefault(w.index, PLAIN_OK)
+            else:
+                rest.append(w)
         failures: list[Failure] = []
         if rest:
             more, failures = self.gather(rest, timeout, what, stop_at_death, deadline=deadline)

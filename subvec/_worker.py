@@ -155,7 +155,7 @@ class _Server:
         window we skip a sleep and a wake-up. The blocking read that follows takes over."""
         deadline = time.perf_counter() + self.spin_s
         while not poller.poll(0) and time.perf_counter() < deadline:
-            pass
+            pass  # busy-poll: nothing to do but look again
 
     def serve(self) -> None:
         poller = select.poll()

@@ -920,7 +920,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
 
     # --- results ----------------------------------------------------------------------------
 
-    def _with_final_obs(self, parts: Sequence[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    def _with_final_obs(self, parts: Sequence[tuple[int, Any]]) -> Sequence[tuple[int, Any]]:
         """SAME_STEP with final observations kept in the block: each ended env's final event,
         with its observation copied out of the block, in the place SyncVectorEnv gives it
         (after the events of the envs before it, before its own reset info). Workers leave
@@ -931,7 +931,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             ended_mask &= ~self._restarted
         ended = np.flatnonzero(ended_mask).tolist()
         if not ended:
-            return list(parts)  # no final event, so no stand-in either
+            return parts  # no final event, so no stand-in either
         rows = self._final_obs_rows
         assert rows is not None
         sent = dict(parts)
@@ -952,11 +952,11 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                     merged.append(events[k])
                     k += 1
                 if local not in kept:
-                    final = rows[lo + local, ...].copy()  # [i, ...]: a 0-d leaf stays an array
-                    merged.append((local, {"final_obs": final, "final_info": {}}))
+                    merged.append((local, {"final_obs": FinalObsInBlock, "final_info": {}}))
             merged += events[k:]
             for local, info in merged:
                 if info.get("final_obs") is FinalObsInBlock:
+                    # [i, ...]: a 0-d leaf stays an array
                     info["final_obs"] = rows[lo + local, ...].copy()
             out.append((lo, (merged, data[1] if data is not None else None)))
         return out

@@ -17,10 +17,26 @@ from __future__ import annotations
 import argparse
 import ast
 import time
+from typing import Any
 
 import numpy as np
 import psutil
 from ab_checkouts import factory
+
+
+def ready_env(workload: str, n: int, kwargs: str) -> tuple[Any, list[Any]]:
+    """A SubprocVectorEnv of ``n`` ``workload`` envs (``kwargs``: a dict literal), reset with
+    seed 0, and 64 action batches sampled from a seeded action space."""
+    import subvec
+
+    envs = subvec.SubprocVectorEnv([factory(workload)] * n, **ast.literal_eval(kwargs))
+    try:
+        envs.reset(seed=0)
+        envs.action_space.seed(0)
+        return envs, [envs.action_space.sample() for _ in range(64)]
+    except BaseException:
+        envs.close()
+        raise
 
 
 def main() -> None:
@@ -30,14 +46,9 @@ def main() -> None:
     parser.add_argument("--kwargs", default="{}")
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    import subvec
-
     n = args.num_envs
-    envs = subvec.SubprocVectorEnv([factory(args.workload)] * n, **ast.literal_eval(args.kwargs))
+    envs, actions = ready_env(args.workload, n, args.kwargs)
     try:
-        envs.reset(seed=0)
-        envs.action_space.seed(0)
-        actions = [envs.action_space.sample() for _ in range(64)]
         for i in range(300):
             envs.step(actions[i % 64])
         workers = [psutil.Process(pid) for pid in envs.worker_pids if pid]

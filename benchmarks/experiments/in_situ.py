@@ -17,7 +17,6 @@ CPU per step in both modes shows how close a change brings subvec to the model.
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import select
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import psutil
-from ab_checkouts import factory
+from cpu_split import ready_env
 
 
 def main() -> None:
@@ -36,15 +35,11 @@ def main() -> None:
     parser.add_argument("--kwargs", default="{}")
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    import subvec
     from subvec import _protocol as proto
 
     n = args.num_envs
-    envs = subvec.SubprocVectorEnv([factory(args.workload)] * n, **ast.literal_eval(args.kwargs))
+    envs, actions = ready_env(args.workload, n, args.kwargs)
     try:
-        envs.reset(seed=0)
-        envs.action_space.seed(0)
-        actions = [envs.action_space.sample() for _ in range(64)]
         step: Any = envs.step
         if args.mode == "lean":
             step = _lean_step(envs, proto)
