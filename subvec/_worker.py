@@ -35,7 +35,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 from subvec import _protocol as proto
 from subvec import _spaces
 from subvec._core import EnvSlab, SlabArrays, SlabResult, final_obs_store
-from subvec._infos import to_columns
+from subvec._infos import InfoBlockWriter, to_columns
 from subvec._protocol import Command, ErrorRecord, Status
 from subvec._shm import BlockLayout, SharedBlock
 from subvec._topology import Placement, PlacementReport, apply_placement
@@ -69,6 +69,8 @@ class AttachSpec:
     info_columns: bool = False
     #: SAME_STEP: keep final observations in the block's "final_obs" rows (see _core)
     final_obs: bool = False
+    #: the block has the info regions: steady scalar infos go there (see _infos)
+    info_block: bool = False
 
 
 def _watch_parent() -> None:
@@ -149,6 +151,7 @@ class _Server:
         self.block: SharedBlock | None = None
         self.spin_s = 0.0
         self.info_columns = False
+        self.info_block: InfoBlockWriter | None = None
 
     def _spin_for_command(self, poller: select.poll) -> None:
         """Busy-poll the command pipe for up to ``spin_s``: when the parent answers within that
@@ -165,7 +168,7 @@ class _Server:
         # share of the step (the partner's CPU is the parent's too).
         read, write, pack, size = os.read, os.write, proto.HEADER.pack, proto.HEADER.size
         finish_frame, write_frame, handle = proto.finish_frame, proto.write_frame, self.handle
-        slab_step, dump_result = self.slab.step, self._dump_result
+        slab_step, step_reply = self.slab.step, self._step_reply
         cmd_fd, reply_fd, clock = self.cmd_fd, self.reply_fd, time.perf_counter
         # How long the next command has been taking to come after our reply (a moving
         # average). We only spin while it is shorter than the spin window: when the other
@@ -188,8 +191,7 @@ class _Server:
                 if head == pack(0, _STEP, seq + 1):
                     seq += 1
                     try:
-                        result = slab_step()
-                        reply = b"" if result.is_empty() else dump_result(result)
+                        reply = step_reply(slab_step())
                     except Exception as exc:
                         self._reply_error(exc, _STEP, seq)
                     else:
@@ -228,7 +230,8 @@ class _Server:
     def handle(self, command: Command, payload: bytes) -> tuple[Status, bytes]:
         slab = self.slab
         if command is _STEP:  # first: the per-step case
-            result = slab.step(proto.loads(payload) if payload else None)
+            reply = self._step_reply(slab.step(proto.loads(payload) if payload else None))
+            return (Status.OK_PAYLOAD if reply else Status.OK), reply
         elif command is Command.RESET:
             seeds, options, mask = proto.loads(payload)
             result = slab.reset(seeds, options, mask)
@@ -273,6 +276,14 @@ class _Server:
                         break
                 raise TypeError(f"{what} returned by the env cannot be pickled: {exc}") from exc
 
+    def _step_reply(self, result: SlabResult) -> bytes:
+        """A step's reply payload; empty for a plain OK (every result in the block). Every
+        step goes through here: with the info regions, it sets or clears our flag."""
+        info_block = self.info_block
+        if info_block is not None and not result.obs and info_block.put(result.infos):
+            return b""
+        return b"" if result.is_empty() else self._dump_result(result)
+
     def _dump_result(self, result: SlabResult) -> bytes:
         infos: Any = result.infos
         if self.info_columns and infos:
@@ -288,6 +299,8 @@ class _Server:
         self.info_columns = spec.info_columns
         lo, hi = self.slab.first_index, self.slab.first_index + len(self.slab.envs)
         views = block.views
+        if spec.info_block:
+            self.info_block = InfoBlockWriter(views, self.index, lo, hi)
         write_obs = read_action = None
         if spec.observation_space is not None:
             obs_leaves = [

@@ -50,7 +50,14 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 from subvec import _protocol as proto
 from subvec import _spaces
 from subvec._core import EnvSlab, FinalObsInBlock, SlabArrays, SlabResult, final_obs_store
-from subvec._infos import InfoColumns, as_events, merge_columns, merge_scalar_events
+from subvec._infos import (
+    InfoBlockReader,
+    InfoColumns,
+    as_events,
+    info_block_regions,
+    merge_columns,
+    merge_scalar_events,
+)
 from subvec._pool import (
     PLAIN_OK,
     Failure,
@@ -503,6 +510,10 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         )
         if self._final_in_block:
             arrays.append(("final_obs", leaves[0].dtype, (n, *leaves[0].shape)))
+        # Steady scalar infos stay in the block (gymnasium's format: the one merged by key).
+        info_block = self.info_format == "gymnasium" and bool(self._pool.workers)
+        if info_block:
+            arrays += info_block_regions(n, len(self._pool.workers))
         layout = BlockLayout.plan(arrays)
         try:
             block = SharedBlock.create(layout)
@@ -516,6 +527,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 spin_us=self._worker_spin_us,
                 info_columns=self.info_format == "gymnasium",
                 final_obs=self._final_in_block,
+                info_block=info_block,
             )
             self._attach_payload = cloudpickle.dumps(spec)
             workers = self._pool.workers
@@ -530,6 +542,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             raise
         views = block.views
         self._final_obs_rows = views["final_obs"] if self._final_in_block else None
+        self._info_block = InfoBlockReader(views, n) if info_block else None
         self._rewards = views["rewards"]
         self._terminations = views["terminations"]
         self._truncations = views["truncations"]
@@ -631,7 +644,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             raise
         if gathered is None and local_part is None:  # every worker said a plain OK
             self._state = _State.IDLE
-            return []
+            return self._block_parts(self._pool.workers) if state is _State.WAITING_STEP else []
         return self._parts(state, gathered, local_part, timeout, restart)
 
     def _parts(
@@ -645,22 +658,27 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         """The second half of ``_collect``: failures, then the replies that say something."""
         workers = self._pool.workers  # replace() swaps a worker in place, in this same list
         replies, failures = gathered or ({w.index: PLAIN_OK for w in workers}, [])
+        recovered: dict[int, Reply] = {}
         if failures:
             if restart:
-                replies.update(self._recover(state, failures, timeout))
+                recovered = self._recover(state, failures, timeout)
+                replies.update(recovered)
             else:
                 self._fail(failures, timeout)
         self._state = _State.IDLE
-        # Only replies with something to say become parts; a plain OK (the usual step) adds
-        # nothing, as all its results are already in the shared block.
+        # Only replies with something to say become parts; a plain OK adds nothing but the
+        # infos a step left in the block, as all its other results are there already.
         parts: list[tuple[int, Any]] = []
         failed = False
+        step = state is _State.WAITING_STEP and self._info_block is not None
         for w in workers:
             status, payload = replies[w.index]
             if status is Status.OK_PAYLOAD:
                 parts.append((w.lo, proto.loads(payload)))
             elif status is not Status.OK:
                 failed = True
+            elif step and w.index not in recovered:  # a restarted worker's reply is a reset's
+                parts += self._block_parts((w,))
         local_error = local_part[1] if local_part is not None else None
         if failed:
             try:
@@ -846,17 +864,24 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             if gathered is not None:
                 return self._step_results(self._parts(state, gathered, None, timeout, restart))
             self._state = _State.IDLE
-            if self._final_in_block and (self._terminations.any() or self._truncations.any()):
-                return self._step_results([])  # final events implied by the flags
-            # Nothing but the shared block to read: the usual cheap-env step, returned without
-            # the general merge (this Python shares its CPU with the partner's envs).
+            # Nothing but the shared block to read: the usual step, returned without the
+            # general merge (this Python shares its CPU with the partner's envs).
+            infos: dict[str, Any] | None = {}
+            info_block = self._info_block
+            if info_block is not None and info_block.flagged():
+                # Every env's infos in the block under one schema, or None (merged below)
+                infos = info_block.merged(self._pool.workers)
+            if infos is None or (
+                self._final_in_block and (self._terminations.any() or self._truncations.any())
+            ):  # final events implied by the flags, or infos to merge
+                return self._step_results(self._block_parts(self._pool.workers))
             obs = self._observations
             return (
                 obs.copy() if self.copy else obs,
                 self._rewards.copy(),
                 self._terminations.copy(),
                 self._truncations.copy(),
-                {},
+                infos,
             )
         self.step_async(actions)
         return self.step_wait()
@@ -960,6 +985,19 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                     info["final_obs"] = rows[lo + local, ...].copy()
             out.append((lo, (merged, data[1] if data is not None else None)))
         return out
+
+    def _block_parts(self, workers: Iterable[Worker]) -> list[tuple[int, Any]]:
+        """The parts of those ``workers`` that answered a step with a plain OK and left their
+        infos in the block (as the columns they would have sent)."""
+        info_block = self._info_block
+        if info_block is None:
+            return []
+        parts = []
+        for w in workers:
+            columns = info_block.columns(w)
+            if columns is not None:
+                parts.append((w.lo, (columns, None)))
+        return parts
 
     def _slab_bounds(self) -> list[tuple[int, int]]:
         """``(first, one past the last)`` env index of each worker and of the parent's envs."""
@@ -1125,7 +1163,14 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
 
     def _drop_views(self) -> None:
         # Our own references to the block; without them the block unmaps at once.
-        views = ("_rewards", "_terminations", "_truncations", "_store_actions", "_final_obs_rows")
+        views = (
+            "_rewards",
+            "_terminations",
+            "_truncations",
+            "_store_actions",
+            "_final_obs_rows",
+            "_info_block",
+        )
         for name in views:
             self.__dict__.pop(name, None)
         if getattr(self, "_obs_shared", False):

@@ -83,9 +83,12 @@ class ZooEnv(gym.Env[Any, Any]):
         terminate_prob: float = 0.15,
         quiet: bool = False,
         step_seconds: float = 0.0,
+        steady: bool = False,
     ) -> None:
         self.terminate_prob = terminate_prob
         self.quiet = quiet  # no step infos: the workers' replies are then plain OKs
+        #: the same scalar keys every step (as MuJoCo and Atari): they stay in the block
+        self.steady = steady
         self.step_seconds = step_seconds  # a slow env: each step sleeps this long
         self.observation_space = obs_space if obs_space is not None else spaces.Box(0, 1, (3,))
         self.action_space = act_space if act_space is not None else spaces.Discrete(3)
@@ -124,6 +127,15 @@ class ZooEnv(gym.Env[Any, Any]):
             info["vec"] = np.full(2, u)
         if u > 0.8:
             info["nested"] = {"depth": self.t, "name": f"n{self.t}"}
+        if self.steady:
+            info = {
+                "x_position": np.float64(u),
+                "reward_ctrl": np.float32(-u),
+                "lives": int(u * 5),
+                "frame": np.int64(self.t),
+                "speed": u * 3.0,
+                "alive": u > 0.1,
+            }
         return self._obs(), reward, terminated, truncated, {} if self.quiet else info
 
     def render(self) -> np.ndarray:
@@ -191,8 +203,8 @@ class CrashEnv(ZooEnv):
 
 def crash_fns(num_envs: int, crash_at: int, how: str, **kw: Any) -> list[Any]:
     """Factories for ``num_envs`` envs of which env ``crash_at`` misbehaves as ``how``
-    (``quiet`` and ``step_seconds`` apply to every env)."""
-    shared = {k: kw[k] for k in ("quiet", "step_seconds") if k in kw}
+    (``quiet``, ``steady`` and ``step_seconds`` apply to every env)."""
+    shared = {k: kw[k] for k in ("quiet", "steady", "step_seconds") if k in kw}
 
     def healthy() -> gym.Env[Any, Any]:
         return ZooEnv(max_steps=10**6, terminate_prob=0.0, **shared)
@@ -236,19 +248,17 @@ class UnpicklableInfoEnv(ZooEnv):
 
 class SteadyInfoEnv(ZooEnv):
     """The same scalar keys every step, of numpy and Python types, as MuJoCo and Atari envs
-    report them: the workers send these as columns."""
+    report them: the workers leave these in the block. ``ragged``: a key that only some envs
+    report on each step, which the block cannot hold: the workers send columns instead."""
+
+    def __init__(self, *args: Any, ragged: bool = False, **kw: Any) -> None:
+        super().__init__(*args, steady=True, **kw)
+        self.ragged = ragged
 
     def step(self, action: Any):
-        obs, reward, terminated, truncated, _ = super().step(action)
-        u = float(self.np_random.random())
-        info = {
-            "x_position": np.float64(u),
-            "reward_ctrl": np.float32(-u),
-            "lives": int(u * 5),
-            "frame": np.int64(self.t),
-            "speed": u * 3.0,
-            "alive": u > 0.1,
-        }
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.ragged and self.np_random.random() < 0.5:
+            info["bonus"] = np.float64(self.t)
         return obs, reward, terminated, truncated, info
 
 

@@ -14,7 +14,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from subvec import SubprocVectorEnv
-from subvec._infos import merge_columns
+from subvec._infos import InfoBlockReader, merge_columns
 from tests.envs import (
     LooseDtypeEnv,
     ScalarInfoEnv,
@@ -355,10 +355,11 @@ def test_same_step_final_observations_in_the_list_format() -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
-def test_steady_scalar_infos_travel_as_columns_and_match_sync(
+def test_ragged_scalar_infos_travel_as_columns_and_match_sync(
     mode: AutoresetMode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The workers send these infos as columns (subvec._infos); the parent merges them per key.
+    # A key only some envs report: not for the block, so the workers send these infos as
+    # columns (subvec._infos); the parent merges them per key.
     merged = []
 
     def counting(parts: Any, num_envs: int) -> Any:
@@ -367,9 +368,38 @@ def test_steady_scalar_infos_travel_as_columns_and_match_sync(
         return result
 
     monkeypatch.setattr("subvec.vector.merge_columns", counting)
-    fns = [lambda: SteadyInfoEnv(terminate_prob=0.01, max_steps=10**6) for _ in range(5)]
+    fns = [
+        lambda: SteadyInfoEnv(terminate_prob=0.01, max_steps=10**6, ragged=True) for _ in range(5)
+    ]
     run_side_by_side(fns, mode, steps=100, num_workers=2)
     assert sum(merged) >= 80, "the columns were not used"  # steps with an episode end: events
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("parent_envs", [0, 1], ids=["workers", "parent_envs"])
+def test_steady_scalar_infos_stay_in_the_block_and_match_sync(
+    mode: AutoresetMode, parent_envs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same keys from every env every step: each worker leaves them in the block under a
+    # schema and answers a plain OK; the parent merges them from there (subvec._infos).
+    from_block = []
+
+    def counting(name: str) -> Any:
+        method = getattr(InfoBlockReader, name)
+
+        def wrapper(self: Any, *args: Any) -> Any:
+            result = method(self, *args)
+            from_block.append(result is not None)
+            return result
+
+        return wrapper
+
+    for name in ("merged", "columns"):
+        monkeypatch.setattr(InfoBlockReader, name, counting(name))
+    fns = [lambda: SteadyInfoEnv(terminate_prob=0.01, max_steps=10**6) for _ in range(5)]
+    run_side_by_side(fns, mode, steps=100, num_workers=2, parent_envs=parent_envs)
+    assert sum(from_block) >= 80, "the block was not used"  # steps with an episode end: events
 
 
 @pytest.mark.timeout(60)

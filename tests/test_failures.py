@@ -208,12 +208,14 @@ def test_worker_killed_while_idle_is_reported_on_next_call() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("quiet", [False, True], ids=["infos", "plain_ok"])
-def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later(quiet: bool) -> None:
+@pytest.mark.parametrize("infos", ["zoo", "quiet", "steady"])
+def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later(infos: str) -> None:
     # quiet: no infos, so the late reply is a plain OK that differs from the awaited one
-    # only in its sequence number. Slow steps: a parent that took the late reply for the
-    # awaited one would return the block while worker 0 is still writing the next step.
-    fns = crash_fns(4, 1, "hang", seconds=1.0, quiet=quiet, step_seconds=0.1)
+    # only in its sequence number; steady: the same, with the infos in the block. Slow steps:
+    # a parent that took the late reply for the awaited one would return the block while
+    # worker 0 is still writing the next step.
+    quiet, steady = infos == "quiet", infos == "steady"
+    fns = crash_fns(4, 1, "hang", seconds=1.0, quiet=quiet, steady=steady, step_seconds=0.1)
     envs = SubprocVectorEnv(fns, num_workers=2)
     try:
         envs.reset(seed=0)
@@ -231,7 +233,7 @@ def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later(quiet: bo
         second = envs.step(actions)
         assert envs.get_attr("t") == (2, 2, 2, 2)
         reference = gym.vector.SyncVectorEnv(
-            [lambda: ZooEnv(max_steps=10**6, terminate_prob=0.0, quiet=quiet)] * 4
+            [lambda: ZooEnv(max_steps=10**6, terminate_prob=0.0, quiet=quiet, steady=steady)] * 4
         )
         reference.reset(seed=0)
         reference.step(actions)
@@ -291,9 +293,14 @@ def test_close_with_timeout_on_a_hung_worker_is_bounded() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_restart_replaces_a_dead_worker_and_reports_truncation() -> None:
+@pytest.mark.parametrize("steady", [False, True], ids=["zoo_infos", "block_infos"])
+def test_restart_replaces_a_dead_worker_and_reports_truncation(steady: bool) -> None:
+    # steady: the infos live in the block; the dead worker's flag must not be read as the
+    # restarted one's (its reply is a reset's).
     envs = SubprocVectorEnv(
-        crash_fns(4, 3, "kill", at_step=2), num_workers=2, on_worker_failure="restart"
+        crash_fns(4, 3, "kill", at_step=2, steady=steady),
+        num_workers=2,
+        on_worker_failure="restart",
     )
     try:
         envs.reset(seed=0)
@@ -306,6 +313,9 @@ def test_restart_replaces_a_dead_worker_and_reports_truncation() -> None:
         assert list(term) == [False] * 4
         assert rew[2] == 0.0 and rew[3] == 0.0
         assert list(infos["_worker_restarted"]) == [False, False, True, True]
+        if steady:  # the others' step infos from the block, the restarted envs' reset infos
+            assert list(infos["_x_position"]) == [True, True, False, False]
+            assert list(infos["_reset_count"]) == [False, False, True, True]
         assert len(envs.restarts) == 1
         record = envs.restarts[0]
         assert record.worker == 1 and record.env_indices == (2, 3)
@@ -313,8 +323,10 @@ def test_restart_replaces_a_dead_worker_and_reports_truncation() -> None:
         assert envs._pool.workers[1].pid != old[1] and envs._pool.workers[0].pid == old[0]
         # The replaced worker's envs start afresh; the other worker's envs carry on.
         assert envs.get_attr("t") == (2, 2, 0, 0)
-        envs.step(actions)
+        infos = envs.step(actions)[4]
         assert envs.get_attr("t") == (3, 3, 1, 1)
+        if steady:
+            assert list(infos["_x_position"]) == [True] * 4 and "worker_restarted" not in infos
     finally:
         envs.close()
 

@@ -46,29 +46,43 @@ def main() -> None:
         for i in range(300):
             step(actions[i % 64])
         processes = [psutil.Process()] + [psutil.Process(pid) for pid in envs.worker_pids if pid]
-        before = [p.cpu_times()[:2] for p in processes]
+        before = [_counters(p) for p in processes]
         start, steps = time.perf_counter(), 0
         while time.perf_counter() - start < args.seconds:
             step(actions[steps % 64])
             steps += 1
         wall = time.perf_counter() - start
-        after = [p.cpu_times()[:2] for p in processes]
+        after = [_counters(p) for p in processes]
         print(
             f"{args.workload} x {n}, {args.mode}: {steps * n / wall:,.0f} env-steps/s, "
             f"wall {1e6 * wall / steps:.1f} us/step"
         )
-        for name, (u0, s0), (u1, s1) in zip(
+        for name, b, a in zip(
             ["parent"] + [f"worker {w.index}" for w in envs._pool.workers], before, after
         ):
-            user, system = 1e6 * (u1 - u0) / steps, 1e6 * (s1 - s0) / steps
-            print(f"  {name}: user {user:.1f}, system {system:.1f} us/step")
+            user, system = 1e6 * (a[0] - b[0]) / steps, 1e6 * (a[1] - b[1]) / steps
+            faults, switches = (a[2] - b[2]) / steps, (a[3] - b[3]) / steps
+            print(
+                f"  {name}: user {user:.1f}, system {system:.1f} us/step, "
+                f"{faults:.2f} minor faults and {switches:.2f} context switches per step"
+            )
     finally:
         envs.close()
 
 
+def _counters(process: psutil.Process) -> tuple[float, float, int, int]:
+    """User and system CPU seconds, minor page faults, and context switches (both kinds)."""
+    times = process.cpu_times()
+    with open(f"/proc/{process.pid}/stat") as stat:
+        minflt = int(stat.read().rsplit(")", 1)[1].split()[7])
+    switches = process.num_ctx_switches()
+    return times.user, times.system, minflt, switches.voluntary + switches.involuntary
+
+
 def _lean_step(envs: Any, proto: Any) -> Any:
-    """The lean model's parent over subvec's workers (the plain layout, gymnasium infos off the
-    path: only envs without infos give a meaningful comparison)."""
+    """The lean model's parent over subvec's workers (the plain layout). Replies with infos are
+    read whole and dropped: what that leaves out of the parent's step is their decoding and
+    merging."""
     pool = envs._pool
     workers = pool.workers
     partner = workers[envs._partner if envs._partner is not None else 0]
@@ -80,7 +94,7 @@ def _lean_step(envs: Any, proto: Any) -> Any:
     act = pool.resources.block.views["act0"]
     obs, rew = envs._observations, envs._rewards
     term, trunc = envs._terminations, envs._truncations
-    pack, size, step_code = proto.HEADER.pack, proto.HEADER.size, int(proto.Command.STEP)
+    pack, step_code = proto.HEADER.pack, int(proto.Command.STEP)
 
     def step(actions: Any) -> Any:
         np.copyto(act, actions)
@@ -89,7 +103,7 @@ def _lean_step(envs: Any, proto: Any) -> Any:
             os.write(w.cmd_fd, pack(0, step_code, w.seq))
         poller.poll()
         for w in workers:
-            os.read(w.reply_fd, size)
+            proto.read_frame(w.reply_fd)  # infos, if any, are read and dropped
         return obs.copy(), rew.copy(), term.copy(), trunc.copy(), {}
 
     return step
