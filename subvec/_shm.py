@@ -25,7 +25,14 @@ import numpy as np
 
 from subvec.errors import SharedMemoryTooSmallError
 
-__all__ = ["SEGMENT_PREFIX", "BlockLayout", "Region", "SharedBlock", "remove_stale_segments"]
+__all__ = [
+    "SEGMENT_PREFIX",
+    "BlockLayout",
+    "Region",
+    "SharedBlock",
+    "has_free_space",
+    "remove_stale_segments",
+]
 
 SEGMENT_PREFIX = "subvec_"
 _ALIGN = 4096
@@ -127,14 +134,24 @@ class SharedBlock:
                     pass  # already unlinked (`subvec shm clean`, or a second close): done
 
 
-def check_free_space(size: int, directory: str = _SHM_DIR) -> None:
-    """Refuse a block that does not fit, instead of a SIGBUS in a worker on first touch."""
+def _free_space(directory: str) -> int | None:
     try:
         stats = os.statvfs(directory)
     except OSError:
-        return  # no /dev/shm (macOS): the platform reports failures at creation
-    available = stats.f_bavail * stats.f_frsize
-    if size > available:
+        return None  # no /dev/shm (macOS): the platform reports failures at creation
+    return stats.f_bavail * stats.f_frsize
+
+
+def has_free_space(size: int, directory: str = _SHM_DIR) -> bool:
+    """Whether a block of ``size`` bytes fits (True where that cannot be told)."""
+    available = _free_space(directory)
+    return available is None or size <= available
+
+
+def check_free_space(size: int, directory: str = _SHM_DIR) -> None:
+    """Refuse a block that does not fit, instead of a SIGBUS in a worker on first touch."""
+    available = _free_space(directory)
+    if available is not None and size > available:
         raise SharedMemoryTooSmallError(
             f"the shared-memory block needs {size / 2**20:.1f} MiB but {directory} has only "
             f"{available / 2**20:.1f} MiB free; enlarge it (docker: --shm-size), use fewer envs, "

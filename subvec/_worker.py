@@ -71,6 +71,9 @@ class AttachSpec:
     final_obs: bool = False
     #: the block has the info regions: steady scalar infos go there (see _infos)
     info_block: bool = False
+    #: extra batches of observations ("obs0_slot1".."obs0_slotN"): the "obs_slot" cell says
+    #: which one each command writes (see SubprocVectorEnv._pick_obs_slot)
+    obs_slots: int = 0
 
 
 def _watch_parent() -> None:
@@ -152,6 +155,9 @@ class _Server:
         self.spin_s = 0.0
         self.info_columns = False
         self.info_block: InfoBlockWriter | None = None
+        #: with observation slots: a row writer per slot, and the cell that picks one
+        self.obs_writers: list[Any] = []
+        self.obs_slot_cell: memoryview | None = None
 
     def _spin_for_command(self, poller: select.poll) -> None:
         """Busy-poll the command pipe for up to ``spin_s``: when the parent answers within that
@@ -190,6 +196,8 @@ class _Server:
                 # recognised by comparing its bytes, without parsing anything.
                 if head == pack(0, _STEP, seq + 1):
                     seq += 1
+                    if self.obs_writers:
+                        self._point_obs_rows()
                     try:
                         reply = step_reply(slab_step())
                     except Exception as exc:
@@ -220,6 +228,8 @@ class _Server:
         finally:
             if self.block is not None:
                 self.slab.arrays = None
+                # Our views of the block go first, so that it unmaps now.
+                self.info_block, self.obs_writers, self.obs_slot_cell = None, [], None
                 self.block.close()
 
     def _reply_error(self, exc: Exception, command: Command, seq: int) -> None:
@@ -229,6 +239,8 @@ class _Server:
 
     def handle(self, command: Command, payload: bytes) -> tuple[Status, bytes]:
         slab = self.slab
+        if self.obs_writers and (command is _STEP or command is Command.RESET):
+            self._point_obs_rows()
         if command is _STEP:  # first: the per-step case
             reply = self._step_reply(slab.step(proto.loads(payload) if payload else None))
             return (Status.OK_PAYLOAD if reply else Status.OK), reply
@@ -276,6 +288,11 @@ class _Server:
                         break
                 raise TypeError(f"{what} returned by the env cannot be pickled: {exc}") from exc
 
+    def _point_obs_rows(self) -> None:
+        """Write this command's observations into the slot the parent picked for them."""
+        assert self.slab.arrays is not None and self.obs_slot_cell is not None
+        self.slab.arrays.write_obs = self.obs_writers[self.obs_slot_cell[0]]
+
     def _step_reply(self, result: SlabResult) -> bytes:
         """A step's reply payload; empty for a plain OK (every result in the block). Every
         step goes through here: with the info regions, it sets or clears our flag."""
@@ -315,6 +332,13 @@ class _Server:
             ]
             act_rows = _spaces.build_views(spec.action_space, iter(act_leaves))
             read_action = _spaces.row_reader(spec.action_space, act_rows)
+        if spec.obs_slots:
+            space = spec.observation_space
+            names = ["obs0"] + [f"obs0_slot{s}" for s in range(1, spec.obs_slots + 1)]
+            self.obs_writers = [
+                _spaces.row_writer(space, views[name][lo:hi], env_offset=lo) for name in names
+            ]
+            self.obs_slot_cell = memoryview(views["obs_slot"])  # type: ignore[arg-type]
         rewards: np.ndarray = views["rewards"][lo:hi]
         self.slab.bind(
             SlabArrays(

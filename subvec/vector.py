@@ -31,6 +31,7 @@ from copy import deepcopy
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from multiprocessing.context import BaseContext
+from sys import getrefcount
 from typing import Any
 
 import cloudpickle
@@ -70,7 +71,7 @@ from subvec._pool import (
 )
 from subvec._protocol import Command, ErrorRecord, Status
 from subvec._seeding import SeedArg, per_env_seeds
-from subvec._shm import BlockLayout, SharedBlock
+from subvec._shm import BlockLayout, SharedBlock, has_free_space
 from subvec._topology import PlacementReport, plan_placement, usable_cpus
 from subvec._worker import AttachSpec
 from subvec.errors import BrokenVectorEnvError, add_note
@@ -89,6 +90,13 @@ DEFAULT_MAX_RESTARTS = 100
 #: window must outlast the other side's turn (the parent's own envs with parent_envs), and
 #: 50 us measured too short there while 100-1000 us all helped (docs/benchmarks.md).
 DEFAULT_SPIN_US = 300.0
+#: Observation batches of at least this many bytes are handed to the caller in slots of the
+#: block instead of copied out (see ``_pick_obs_slot``); smaller ones cost less to copy.
+OBS_SLOT_MIN_BYTES = 16 * 1024
+#: How many batches the caller may hold at once before the next one is copied out again...
+OBS_SLOTS = 3
+#: ...within this many bytes of block for them (/dev/shm is often small in containers).
+OBS_SLOT_MAX_BYTES = 64 * 2**20
 
 
 class _State(enum.Enum):
@@ -99,6 +107,8 @@ class _State(enum.Enum):
     BROKEN = "broken"
 
 
+#: (name, dtype, shape) of an array in the shared block
+_Region = tuple[str, np.dtype[Any], tuple[int, ...]]
 _WAITING = {state: f"waiting for {state.value}" for state in _State}
 
 
@@ -510,11 +520,16 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         )
         if self._final_in_block:
             arrays.append(("final_obs", leaves[0].dtype, (n, *leaves[0].shape)))
+        slots = self._obs_slot_regions(leaves)
+        arrays += slots
         # Steady scalar infos stay in the block (gymnasium's format: the one merged by key).
         info_block = self.info_format == "gymnasium" and bool(self._pool.workers)
         if info_block:
             arrays += info_block_regions(n, len(self._pool.workers))
         layout = BlockLayout.plan(arrays)
+        if slots and not has_free_space(layout.size):  # the slots are only a speed-up
+            slots = []
+            layout = BlockLayout.plan([a for a in arrays if a not in slots])
         try:
             block = SharedBlock.create(layout)
             self._pool.resources.block = block
@@ -528,6 +543,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 info_columns=self.info_format == "gymnasium",
                 final_obs=self._final_in_block,
                 info_block=info_block,
+                obs_slots=len(slots) - 1 if slots else 0,
             )
             self._attach_payload = cloudpickle.dumps(spec)
             workers = self._pool.workers
@@ -551,6 +567,15 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             act_leaves = [views[f"act{k}"] for k in range(len(_spaces.leaf_specs(act_space)))]
             act_batch = _spaces.build_views(act_space, iter(act_leaves))
             self._store_actions = _spaces.batch_setter(act_space, act_batch, n)
+        #: the observation slots (slot 0: the one copied out) and the arrays their views hang
+        #: from: the refcount of those tells whether the caller still holds a batch
+        self._obs_slots: list[np.ndarray] | None = None
+        self._obs_slot = 0
+        if slots:
+            self._obs_slots = [views["obs0"]] + [views[name] for name, *_ in slots[:-1]]
+            self._obs_roots = [view.base for view in self._obs_slots]
+            self._obs_slot_cell = memoryview(views["obs_slot"])  # type: ignore[arg-type]
+            self._obs_slot_free = getrefcount(self._obs_roots[1])  # held by nobody but us
         if self._obs_shared:
             obs_leaves = [views[f"obs{k}"] for k in range(len(_spaces.leaf_specs(obs_space)))]
             self._observations = _spaces.build_views(obs_space, iter(obs_leaves))
@@ -558,6 +583,39 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             self._observations = create_empty_array(obs_space, n=n, fn=np.zeros)
         if self._local is not None:
             self._bind_local(views)
+
+    def _obs_slot_regions(self, leaves: list[Any]) -> list[_Region]:
+        """The block regions of the observation slots (the extra batches and the cell that
+        tells the workers which batch to write), or none where copying out is as cheap or the
+        caller asked for the block's own views (``copy=False``)."""
+        if not (self.copy and self._local is None and len(leaves) == 1 and not leaves[0].path):
+            return []
+        leaf = leaves[0]
+        shape = (self.num_envs, *leaf.shape)
+        nbytes = leaf.dtype.itemsize * int(np.prod(shape))
+        if nbytes < OBS_SLOT_MIN_BYTES or nbytes * OBS_SLOTS > OBS_SLOT_MAX_BYTES:
+            return []
+        regions = [(f"obs0_slot{s}", leaf.dtype, shape) for s in range(1, OBS_SLOTS + 1)]
+        return [*regions, ("obs_slot", np.dtype(np.int32), (1,))]
+
+    def _pick_obs_slot(self) -> None:
+        """Point the workers at a batch of observations the caller holds nothing of.
+
+        ``step`` hands the caller a view of slot 1..OBS_SLOTS instead of a copy of the block
+        (a Pong batch of 8 envs: ~20 us of copying, on the CPU the partner steps on). Every
+        view of a slot, and whatever keeps one alive (a torch tensor from ``from_numpy``, a
+        slice), holds a reference to the slot's root array, so the root's refcount says
+        whether the caller still holds anything of it. Only a slot back at its free count is
+        written again. If the caller holds them all, the workers write slot 0 and the batch
+        is copied out, as without slots."""
+        roots, free = self._obs_roots, self._obs_slot_free
+        for slot in range(1, len(roots)):
+            if getrefcount(roots[slot]) == free:
+                break
+        else:
+            slot = 0
+        self._obs_slot = self._obs_slot_cell[0] = slot
+        self._observations = self._obs_slots[slot]  # type: ignore[index]
 
     def _bind_local(self, views: dict[str, np.ndarray]) -> None:
         """Give the parent's own envs their rows of the block, as a worker's are given."""
@@ -787,6 +845,11 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         if self._any_restarted:
             self._restarted[:] = False
             self._any_restarted = False
+        if self._obs_slots is not None:
+            previous = self._observations
+            self._pick_obs_slot()
+            if mask is not None and self._observations is not previous:
+                np.copyto(self._observations, previous)  # the envs not reset keep theirs
         self._broadcast(Command.RESET, payload)
         slab = self._local
         if slab is not None:
@@ -850,6 +913,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             # Not kept in this frame: if the gather raises, a traceback the caller keeps would
             # hold the action views, and through them the shared block, open after close().
             del store
+            if self._obs_slots is not None:
+                self._pick_obs_slot()
             self._state = state = _State.WAITING_STEP
             # send_all + _collect without a parent share to run, in one call.
             timeout = self.default_timeout
@@ -877,7 +942,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 return self._step_results(self._block_parts(self._pool.workers))
             obs = self._observations
             return (
-                obs.copy() if self.copy else obs,
+                obs.view() if self._obs_slot else obs.copy() if self.copy else obs,
                 self._rewards.copy(),
                 self._terminations.copy(),
                 self._truncations.copy(),
@@ -900,6 +965,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         if self._store_actions is not None:
             # Validates every leaf before writing any, so a rejected batch changes nothing.
             self._store_actions(actions)
+            if self._obs_slots is not None:
+                self._pick_obs_slot()
             self._pool.send_all(Command.STEP)
             if self._local is not None:
                 self._local_pending = self._local.step
@@ -1016,6 +1083,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 self.single_observation_space, self._env_obs, self._observations
             )
             return deepcopy(self._observations) if self.copy else self._observations
+        if self._obs_slot:  # the caller's own batch (see _pick_obs_slot)
+            return self._observations.view()
         return _copy_nest(self._observations) if self.copy else self._observations
 
     def _merge_infos(self, parts: Sequence[tuple[int, Any]]) -> Any:
@@ -1170,6 +1239,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             "_store_actions",
             "_final_obs_rows",
             "_info_block",
+            "_obs_slots",
+            "_obs_roots",
+            "_obs_slot_cell",
         )
         for name in views:
             self.__dict__.pop(name, None)

@@ -203,8 +203,8 @@ class CrashEnv(ZooEnv):
 
 def crash_fns(num_envs: int, crash_at: int, how: str, **kw: Any) -> list[Any]:
     """Factories for ``num_envs`` envs of which env ``crash_at`` misbehaves as ``how``
-    (``quiet``, ``steady`` and ``step_seconds`` apply to every env)."""
-    shared = {k: kw[k] for k in ("quiet", "steady", "step_seconds") if k in kw}
+    (``quiet``, ``steady``, ``step_seconds`` and ``obs_space`` apply to every env)."""
+    shared = {k: kw[k] for k in ("quiet", "steady", "step_seconds", "obs_space") if k in kw}
 
     def healthy() -> gym.Env[Any, Any]:
         return ZooEnv(max_steps=10**6, terminate_prob=0.0, **shared)

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
+from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 import subvec
@@ -208,14 +209,18 @@ def test_worker_killed_while_idle_is_reported_on_next_call() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("infos", ["zoo", "quiet", "steady"])
+@pytest.mark.parametrize("infos", ["zoo", "quiet", "steady", "slots"])
 def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later(infos: str) -> None:
     # quiet: no infos, so the late reply is a plain OK that differs from the awaited one
-    # only in its sequence number; steady: the same, with the infos in the block. Slow steps:
-    # a parent that took the late reply for the awaited one would return the block while
-    # worker 0 is still writing the next step.
-    quiet, steady = infos == "quiet", infos == "steady"
-    fns = crash_fns(4, 1, "hang", seconds=1.0, quiet=quiet, steady=steady, step_seconds=0.1)
+    # only in its sequence number; steady: the same, with the infos in the block; slots:
+    # image observations, written to a slot per step. Slow steps: a parent that took the late
+    # reply for the awaited one would return the block while worker 0 is still writing the
+    # next step.
+    quiet, steady = infos in ("quiet", "slots"), infos == "steady"
+    obs_space = spaces.Box(0, 255, (48, 48, 3), np.uint8) if infos == "slots" else None
+    fns = crash_fns(
+        4, 1, "hang", seconds=1.0, quiet=quiet, steady=steady, step_seconds=0.1, obs_space=obs_space
+    )
     envs = SubprocVectorEnv(fns, num_workers=2)
     try:
         envs.reset(seed=0)
@@ -232,13 +237,22 @@ def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later(infos: st
         # results (the infos travel in the replies) are the second step's, as in-process.
         second = envs.step(actions)
         assert envs.get_attr("t") == (2, 2, 2, 2)
+        assert (envs._obs_slots is not None) == (infos == "slots")
         reference = gym.vector.SyncVectorEnv(
-            [lambda: ZooEnv(max_steps=10**6, terminate_prob=0.0, quiet=quiet, steady=steady)] * 4
+            [
+                lambda: ZooEnv(
+                    obs_space, max_steps=10**6, terminate_prob=0.0, quiet=quiet, steady=steady
+                )
+            ]
+            * 4
         )
         reference.reset(seed=0)
         reference.step(actions)
         assert_same(second, reference.step(actions), "the step after the timeout")
         reference.close()
+        # A batch from a slot keeps the block mapped (and its fd open) while it is held, and
+        # pytest's `info` keeps this frame alive in a cycle: let go of it here.
+        del second
     finally:
         envs.close()
 

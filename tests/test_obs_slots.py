@@ -1,0 +1,123 @@
+"""Observation slots: large batches are handed out as views of the block, never overwritten
+while the caller holds anything of them (SubprocVectorEnv._pick_obs_slot)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from subvec import SubprocVectorEnv
+from subvec.vector import OBS_SLOT_MIN_BYTES, OBS_SLOTS
+from tests.envs import ZooEnv
+from tests.helpers import assert_same
+
+# 6912 bytes an env: 4 envs make a batch above OBS_SLOT_MIN_BYTES
+IMAGE = spaces.Box(0, 255, (48, 48, 3), np.uint8)
+
+
+def _image_env() -> ZooEnv:
+    return ZooEnv(IMAGE, max_steps=10**6, terminate_prob=0.1)
+
+
+def _pair(num_envs: int = 4, **kwargs: object) -> tuple[SubprocVectorEnv, SyncVectorEnv]:
+    assert num_envs * IMAGE.shape[0] * IMAGE.shape[1] * 3 >= OBS_SLOT_MIN_BYTES
+    fns = [_image_env] * num_envs
+    return SubprocVectorEnv(fns, num_workers=2, **kwargs), SyncVectorEnv(fns)  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(60)
+def test_held_batches_and_their_views_never_change() -> None:
+    envs, oracle = _pair()
+    try:
+        got, _ = envs.reset(seed=1)
+        want, _ = oracle.reset(seed=1)
+        envs.action_space.seed(0)
+        held: list[tuple[object, np.ndarray]] = []  # (what the caller kept, its value then)
+        slots_used = set()
+        for t in range(40):
+            actions = envs.action_space.sample()
+            got = envs.step(actions)[0]
+            want = oracle.step(actions)[0]
+            assert_same(got, want, f"step {t}")
+            slots_used.add(envs._obs_slot)
+            if t == 5:
+                held.append((got, want.copy()))  # the batch itself
+            if t == 9:
+                held.append((got[1, 10:20], want[1, 10:20].copy()))  # only a slice of it
+            if t == 13:
+                held.append((got.reshape(len(got), -1).view(np.int8), want.copy()))
+            for i, (kept, value) in enumerate(held):
+                assert np.array_equal(np.asarray(kept).view(np.uint8).ravel(), value.ravel()), (
+                    f"held batch {i} changed at step {t}"
+                )
+        # The first steps went to slots; once the caller held them all, batches were copied.
+        assert slots_used >= set(range(1, OBS_SLOTS + 1)) | {0}
+        assert envs._obs_slot == 0
+        held.clear()
+        got = envs.step(envs.action_space.sample())[0]
+        assert envs._obs_slot == 1  # let go of: in use again
+        assert got.base is envs._obs_roots[1] and got.flags.writeable
+    finally:
+        envs.close()
+        oracle.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_held_batch_outlives_close() -> None:
+    envs, oracle = _pair()
+    envs.reset(seed=3)
+    oracle.reset(seed=3)
+    actions = envs.action_space.sample()
+    got = envs.step(actions)[0]
+    assert envs._obs_slot != 0
+    envs.close()  # the segment is unlinked; the mapping lives on with the caller's view
+    assert_same(got, oracle.step(actions)[0], "after close")
+    oracle.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+def test_slots_match_sync_with_partial_resets(mode: AutoresetMode) -> None:
+    # DISABLED resets ended envs with a mask: the others keep their observations in the
+    # slot the reset is written to.
+    fns = [_image_env] * 5
+    envs = SubprocVectorEnv(fns, num_workers=2, autoreset_mode=mode)
+    oracle = SyncVectorEnv(fns, autoreset_mode=mode)
+    try:
+        assert envs._obs_slots is not None
+        assert_same(envs.reset(seed=4), oracle.reset(seed=4), "reset")
+        envs.action_space.seed(2)
+        previous = None
+        for t in range(60):
+            actions = envs.action_space.sample()
+            got, want = envs.step(actions), oracle.step(actions)
+            assert_same(got, want, f"step {t}")
+            if mode is AutoresetMode.DISABLED and (got[2] | got[3]).any():
+                options = {"reset_mask": got[2] | got[3]}
+                assert_same(envs.reset(options=options), oracle.reset(options=options), f"{t}")
+            if previous is not None:
+                assert_same(previous[0], previous[1], f"the batch before step {t}")
+            previous = (got[0], want[0])
+    finally:
+        envs.close()
+        oracle.close()
+
+
+@pytest.mark.timeout(60)
+def test_no_slots_for_copy_false_or_small_batches() -> None:
+    envs = SubprocVectorEnv([_image_env] * 4, num_workers=2, copy=False)
+    try:
+        envs.reset(seed=0)
+        first = envs.step(envs.action_space.sample())[0]
+        assert envs._obs_slots is None
+        assert first is envs.step(envs.action_space.sample())[0]  # the block's own view
+    finally:
+        del first
+        envs.close()
+    small = SubprocVectorEnv([lambda: ZooEnv()] * 4, num_workers=2)
+    try:
+        assert small._obs_slots is None
+    finally:
+        small.close()
