@@ -157,7 +157,6 @@ def merge_scalar_events(events: Sequence[InfoEvent], num_envs: int) -> dict[str,
 MAX_INFO_KEYS = 32
 #: bytes of each worker's schema region: a 4-byte length, then the pickled (keys, types)
 SCHEMA_BYTES = 4096
-_MISSING = object()
 
 
 def info_block_regions(
@@ -216,16 +215,18 @@ class InfoBlockWriter:
         return not events
 
     def _write(self, events: Sequence[InfoEvent]) -> bool:
-        """Write the values if every env reported exactly the schema's keys, of its types."""
+        """Write the values if every env reported exactly the schema's keys, in its order (the
+        merged dict's order, and each env's own dict with ``info_format="list"``), of its
+        types."""
         keys = self._keys
-        if len(events) != self._hi - self._lo or not keys or tuple(events[0][1]) != keys:
-            return False  # env 0's key order is the merged dict's order
-        count, cells = len(keys), self._cells
+        if len(events) != self._hi - self._lo or not keys:
+            return False
+        cells = self._cells
         for i, (env, info) in enumerate(events):
-            if env != i or len(info) != count:
+            if env != i or tuple(info) != keys:
                 return False
             for key, kind, column in cells:
-                value = info.get(key, _MISSING)
+                value = info[key]
                 if type(value) is not kind:
                     return False
                 column[i] = value

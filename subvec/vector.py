@@ -107,6 +107,8 @@ class _State(enum.Enum):
     BROKEN = "broken"
 
 
+#: The info formats whose steady scalar infos stay in the block (see _infos.InfoBlockWriter).
+_BLOCK_INFO_FORMATS = ("gymnasium", "list", "legacy")
 #: (name, dtype, shape) of an array in the shared block
 _Region = tuple[str, np.dtype[Any], tuple[int, ...]]
 _WAITING = {state: f"waiting for {state.value}" for state in _State}
@@ -522,8 +524,9 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             arrays.append(("final_obs", leaves[0].dtype, (n, *leaves[0].shape)))
         slots = self._obs_slot_regions(leaves)
         arrays += slots
-        # Steady scalar infos stay in the block (gymnasium's format: the one merged by key).
-        info_block = self.info_format == "gymnasium" and bool(self._pool.workers)
+        # Steady scalar infos stay in the block (read back as columns, or as events for the
+        # list and legacy formats).
+        info_block = self.info_format in _BLOCK_INFO_FORMATS and bool(self._pool.workers)
         if info_block:
             arrays += info_block_regions(n, len(self._pool.workers))
         layout = BlockLayout.plan(arrays)

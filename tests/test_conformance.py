@@ -231,6 +231,34 @@ def test_legacy_info_format_is_gymnasium_029_layout(kind: str) -> None:
         oracle.close()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("info_format", ["list", "legacy"])
+def test_steady_infos_from_the_block_in_list_and_legacy_formats(
+    info_format: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The oracle: the same vector env with the block's info regions left out, whose infos
+    # travel as pickled events (each format's own conformance tests check those).
+    fns = [lambda: SteadyInfoEnv(terminate_prob=0.05, max_steps=10**6) for _ in range(5)]
+    kwargs: dict[str, Any] = {"info_format": info_format, "num_workers": 2}
+    envs = SubprocVectorEnv(fns, **kwargs)
+    monkeypatch.setattr("subvec.vector._BLOCK_INFO_FORMATS", ())
+    oracle = SubprocVectorEnv(fns, **kwargs)
+    try:
+        assert envs._info_block is not None and oracle._info_block is None
+        assert_same(envs.reset(seed=9), oracle.reset(seed=9), "reset")
+        envs.action_space.seed(3)
+        flagged = 0
+        for t in range(60):
+            actions = envs.action_space.sample()
+            got = envs.step(actions)
+            flagged += envs._info_block.flagged()
+            assert_same(got, oracle.step(actions), f"step {t}")  # types and key order too
+        assert flagged >= 30
+    finally:
+        envs.close()
+        oracle.close()
+
+
 class CastingEnv(ZooEnv):
     """Returns observations in another dtype than its space's, as real envs often do."""
 
