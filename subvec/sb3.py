@@ -140,6 +140,10 @@ class SubprocVecEnv(VecEnv):
         obs, rewards, terminations, truncations, infos = self.vector_env.step_wait()
         dones = terminations | truncations
         out: list[dict[str, Any]] = infos  # type: ignore[assignment]  # info_format="list"
+        if not np.count_nonzero(dones):  # the usual step: one pass, no per-env flag
+            for info in out:
+                info["TimeLimit.truncated"] = False
+            return obs, rewards.astype(np.float32), dones, out
         for i, done in enumerate(dones.tolist()):
             if not done:
                 out[i]["TimeLimit.truncated"] = False

@@ -4,6 +4,7 @@ semantics (``terminal_observation``) with a list of info dicts, which takes subv
 per-step short path; this measures what that costs.
 
     python benchmarks/experiments/sb3_adapter.py --num-envs 16 --rounds 3
+    python benchmarks/experiments/sb3_adapter.py --workload pong --num-envs 8   # fifth round
 
 Each round runs every implementation for ``--seconds`` in this interpreter, in turn, with
 pre-sampled actions; medians over the rounds.
@@ -24,7 +25,14 @@ def rate(make: Any, n: int, seconds: float) -> float:
     venv = make()
     try:
         venv.reset()
-        actions = np.random.default_rng(0).integers(0, 2, (64, n))
+        space = venv.action_space
+        space.seed(0)
+        # SB3's VecEnv has the single space, gymnasium's vector env the batched one
+        single = getattr(venv, "single_action_space", None)
+        if single is not None:
+            actions = [space.sample() for _ in range(64)]
+        else:
+            actions = [np.stack([space.sample() for _ in range(n)]) for _ in range(64)]
         for i in range(200):
             venv.step(actions[i % 64])
         start, steps = time.perf_counter(), 0
@@ -38,6 +46,7 @@ def rate(make: Any, n: int, seconds: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="cartpole")
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
@@ -47,7 +56,7 @@ def main() -> None:
     import subvec
     import subvec.sb3
 
-    n, fn = args.num_envs, factory("cartpole")
+    n, fn = args.num_envs, factory(args.workload)
     impls = {
         "subvec.SubprocVectorEnv (gymnasium)": lambda: subvec.SubprocVectorEnv([fn] * n),
         "subvec.sb3.SubprocVecEnv": lambda: subvec.sb3.SubprocVecEnv([fn] * n),
