@@ -295,7 +295,9 @@ class _Server:
 
     def _step_reply(self, result: SlabResult) -> bytes:
         """A step's reply payload; empty for a plain OK (every result in the block). Every
-        step goes through here: with the info regions, it sets or clears our flag."""
+        step goes through here: with the info regions, it sets or clears our flag. (A step
+        with by-value observations always has a payload, whose infos the parent takes from
+        it: the flag is read for plain OKs only.)"""
         info_block = self.info_block
         if info_block is not None and not result.obs and info_block.put(result.infos):
             return b""

@@ -531,8 +531,8 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             arrays += info_block_regions(n, len(self._pool.workers))
         layout = BlockLayout.plan(arrays)
         if slots and not has_free_space(layout.size):  # the slots are only a speed-up
-            slots = []
             layout = BlockLayout.plan([a for a in arrays if a not in slots])
+            slots = []
         try:
             block = SharedBlock.create(layout)
             self._pool.resources.block = block

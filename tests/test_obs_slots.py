@@ -8,6 +8,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+import subvec.vector
 from subvec import SubprocVectorEnv
 from subvec.vector import OBS_SLOT_MIN_BYTES, OBS_SLOTS
 from tests.envs import ZooEnv
@@ -121,3 +122,25 @@ def test_no_slots_for_copy_false_or_small_batches() -> None:
         assert small._obs_slots is None
     finally:
         small.close()
+
+
+@pytest.mark.timeout(60)
+def test_no_slots_when_dev_shm_has_no_room_for_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = []
+
+    def no_room(size: int) -> bool:
+        sizes.append(size)
+        return False
+
+    monkeypatch.setattr(subvec.vector, "has_free_space", no_room)
+    envs = SubprocVectorEnv([_image_env] * 4, num_workers=2)
+    try:
+        assert sizes and envs._obs_slots is None
+        block = envs._pool.resources.block
+        assert block is not None and not any("slot" in name for name in block.views)
+        assert block.layout.size < sizes[0]
+        envs.reset(seed=0)
+        first = envs.step(envs.action_space.sample())[0]
+        assert first.base is None or first.base is not envs._observations.base  # a copy
+    finally:
+        envs.close()
