@@ -45,6 +45,11 @@ def image_env(render_mode: str | None = None) -> gym.Env[Any, Any]:
     return ZooEnv(IMAGE_SPACE, spaces.Discrete(3), max_steps=11, render_mode=render_mode)
 
 
+def big_image_env() -> gym.Env[Any, Any]:
+    """Frames large enough (6912 bytes) that a few envs' batch comes from observation slots."""
+    return ZooEnv(spaces.Box(0, 255, (48, 48, 3), np.uint8), spaces.Discrete(3), max_steps=11)
+
+
 def box_env(max_steps: int = 8) -> gym.Env[Any, Any]:
     """Box observations and continuous actions (for SAC)."""
     return ZooEnv(

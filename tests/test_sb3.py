@@ -402,6 +402,33 @@ def test_sb3_wrappers_on_top_match_dummy(make: EnvFn, wrap: Callable[[VecEnv], V
     run_against_dummy([make for _ in range(4)], steps=150, wrap=wrap)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("wrap", [None, _transpose], ids=["bare", "transpose_framestack"])
+def test_observation_slots_under_sb3(wrap: Callable[[VecEnv], VecEnv] | None) -> None:
+    # SB3 keeps the last observations (self._last_obs) while it steps again: a batch from an
+    # observation slot must stay as it was, and results must match DummyVecEnv's.
+    fns = [sb3_envs.big_image_env for _ in range(4)]
+    run_against_dummy(fns, steps=60, wrap=wrap or (lambda v: v))
+    venv = SubprocVecEnv(fns, num_workers=2)
+    try:
+        venv.seed(3)
+        last = venv.reset()
+        rng = np.random.default_rng(0)
+        used = set()
+        for t in range(40):
+            previous, value = last, last.copy()
+            last = venv.step(sample_actions(venv.action_space, 4, rng))[0]
+            used.add(venv.vector_env._obs_slot)
+            assert_same(previous, value, f"the previous batch after step {t}")
+        assert used >= {1, 2}, "the slots were not used"
+        held, value = last, last.copy()
+        for _ in range(5):
+            venv.step(sample_actions(venv.action_space, 4, rng))
+            assert_same(held, value, "a held batch")
+    finally:
+        venv.close()
+
+
 @pytest.mark.timeout(90)
 def test_evaluate_policy_matches_dummy() -> None:
     fns = [cartpole for _ in range(4)]
