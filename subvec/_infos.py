@@ -165,7 +165,7 @@ def info_block_regions(
     """The block regions the infos need (see :class:`InfoBlockWriter`)."""
     return [
         ("info_values", np.dtype(np.uint64), (MAX_INFO_KEYS, num_envs)),
-        ("info_flags", np.dtype(np.uint32), (num_workers,)),
+        ("info_flags", np.dtype(np.uint64), (num_workers,)),
         ("info_schema", np.dtype(np.uint8), (num_workers, SCHEMA_BYTES)),
     ]
 
@@ -247,8 +247,9 @@ class InfoBlockWriter:
         region = self._schema_region
         region[:4] = np.frombuffer(len(blob).to_bytes(4, "little"), dtype=np.uint8)
         region[4 : 4 + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
-        # Versions only grow, so a version names one schema for this worker's lifetime.
-        self._version = self._version % 0xFFFFFFFF + 1
+        # Versions only grow (64 bits never wrap), so a version names one schema for this
+        # worker's lifetime: the parent keeps the last one it read per worker.
+        self._version += 1
         self._keys = keys
         self._cells = [
             (key, kind, _cell_view(self._values, slot, np.dtype(kind))[self._lo : self._hi])

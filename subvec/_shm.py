@@ -41,7 +41,8 @@ _SHM_DIR = "/dev/shm"
 
 @dataclass(frozen=True)
 class Region:
-    """One array in the block: name, dtype, full shape (num_envs first) and byte offset."""
+    """One array in the block: name, dtype, full shape (num_envs first for per-env arrays)
+    and byte offset."""
 
     name: str
     dtype: str
