@@ -241,7 +241,10 @@ class InfoBlockWriter:
             return False  # the schema is this one already: the step itself does not fit
         if not keys or len(keys) > MAX_INFO_KEYS or not all(map(_block_kind, kinds)):
             return False
-        blob = pickle.dumps((keys, kinds), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            blob = pickle.dumps((keys, kinds), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            return False  # a key pickle refuses: the reply's own pickling (cloudpickle) decides
         if len(blob) > SCHEMA_BYTES - 4:
             return False
         region = self._schema_region

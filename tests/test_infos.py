@@ -221,3 +221,15 @@ def test_more_keys_than_the_block_has_slots_are_sent() -> None:
     info = {f"k{j}": float(j) for j in range(MAX_INFO_KEYS + 1)}
     assert not workers[0].writer.put([(0, info), (1, dict(info))])
     assert not reader.flagged()
+
+
+def test_a_key_pickle_refuses_is_sent() -> None:
+    # The schema is pickled; a key only cloudpickle can send must leave the infos to the reply
+    # instead of failing the step.
+    workers, reader = _block(2, [(0, 2)])
+
+    def key() -> None:
+        return None
+
+    assert not workers[0].writer.put([(0, {key: 1.0}), (1, {key: 2.0})])
+    assert not reader.flagged()
