@@ -501,7 +501,7 @@ class SubprocVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         obs_space, act_space = self.single_observation_space, self.single_action_space
         self._obs_shared = self.shared_memory and _spaces.is_shareable(obs_space)
         self._act_shared = _spaces.is_shareable(act_space)
-        arrays: list[tuple[str, np.dtype[Any], tuple[int, ...]]] = [
+        arrays: list[_Region] = [
             ("rewards", np.dtype(np.float64), (n,)),
             ("terminations", np.dtype(np.bool_), (n,)),
             ("truncations", np.dtype(np.bool_), (n,)),

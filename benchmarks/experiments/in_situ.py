@@ -7,7 +7,9 @@ the results out): no checks, no fallbacks, none of subvec's Python around the ha
 difference in wall time and in CPU is what subvec's parent-side step costs *in situ*, on a CPU
 it shares with the partner, which is far more than the same code costs in a hot loop (the
 caches and branch history each side finds cold after the other). Reading the parent's user
-CPU per step in both modes shows how close a change brings subvec to the model.
+CPU per step in both modes shows how close a change brings subvec to the model. Minor page
+faults and context switches per step are printed too (fifth round), and the lean mode reads
+whole replies, so envs with infos (Pong) run in it as well.
 
     python benchmarks/experiments/in_situ.py --num-envs 16 --mode subvec
     python benchmarks/experiments/in_situ.py --num-envs 16 --mode lean
