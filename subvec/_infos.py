@@ -266,11 +266,9 @@ class InfoBlockReader:
 
     def __init__(self, views: dict[str, np.ndarray], num_envs: int) -> None:
         self._values = views["info_values"]
-        self._flags = views["info_flags"]
         #: the flags as Python ints without numpy's per-call cost: the check runs every step
-        self._flag_list = memoryview(self._flags)  # type: ignore[arg-type]
+        self._flag_list = memoryview(views["info_flags"])  # type: ignore[arg-type]
         self._schema_regions = views["info_schema"]
-        self._num_envs = num_envs
         self._ones = np.ones(num_envs, dtype=np.bool_)
         #: worker index -> (the Worker object, version, schema): a replaced worker starts afresh
         self._known: dict[int, tuple[object, int, Schema]] = {}

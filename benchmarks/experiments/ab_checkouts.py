@@ -69,16 +69,21 @@ def child_vector(
     envs = subvec.SubprocVectorEnv([factory(workload)] * n, **kwargs)
     try:
         envs.reset(seed=0)
-        actions = [envs.action_space.sample() for _ in range(64)]
-        for i in range(200):
-            envs.step(actions[i % 64])
-        start, k = time.perf_counter(), 0
-        while time.perf_counter() - start < seconds:
-            envs.step(actions[k % 64])
-            k += 1
-        return n * k / (time.perf_counter() - start)
+        return timed_rate(envs.step, [envs.action_space.sample() for _ in range(64)], n, seconds)
     finally:
         envs.close()
+
+
+def timed_rate(step: Any, actions: list[Any], n: int, seconds: float) -> float:
+    """Env-steps per second of ``step`` over ``n`` envs, cycling ``actions``: 200 steps of
+    warm-up, then as many as ``seconds`` allow."""
+    for i in range(200):
+        step(actions[i % len(actions)])
+    start, k = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        step(actions[k % len(actions)])
+        k += 1
+    return n * k / (time.perf_counter() - start)
 
 
 def _limit_part(make: Any, count: int, seconds: float, go: Any, out: Any) -> None:

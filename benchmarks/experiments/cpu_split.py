@@ -39,12 +39,17 @@ def ready_env(workload: str, n: int, kwargs: str) -> tuple[Any, list[Any]]:
         raise
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def env_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``ready_env`` and of the timed window (shared with in_situ.py)."""
     parser.add_argument("--workload", default="cartpole")
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--kwargs", default="{}")
     parser.add_argument("--seconds", type=float, default=3.0)
+    return parser
+
+
+def main() -> None:
+    parser = env_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     args = parser.parse_args()
     n = args.num_envs
     envs, actions = ready_env(args.workload, n, args.kwargs)

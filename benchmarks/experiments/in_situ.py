@@ -26,16 +26,12 @@ from typing import Any
 
 import numpy as np
 import psutil
-from cpu_split import ready_env
+from cpu_split import env_args, ready_env
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default="cartpole")
-    parser.add_argument("--num-envs", type=int, default=16)
+    parser = env_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--mode", choices=("subvec", "lean"), default="subvec")
-    parser.add_argument("--kwargs", default="{}")
-    parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
     from subvec import _protocol as proto
 

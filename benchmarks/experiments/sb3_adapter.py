@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from typing import Any
 
 import numpy as np
-from ab_checkouts import factory
+from ab_checkouts import factory, timed_rate
 
 
 def rate(make: Any, n: int, seconds: float) -> float:
@@ -33,13 +32,7 @@ def rate(make: Any, n: int, seconds: float) -> float:
             actions = [space.sample() for _ in range(64)]
         else:
             actions = [np.stack([space.sample() for _ in range(n)]) for _ in range(64)]
-        for i in range(200):
-            venv.step(actions[i % 64])
-        start, steps = time.perf_counter(), 0
-        while time.perf_counter() - start < seconds:
-            venv.step(actions[steps % 64])
-            steps += 1
-        return n * steps / (time.perf_counter() - start)
+        return timed_rate(venv.step, actions, n, seconds)
     finally:
         venv.close()
 
