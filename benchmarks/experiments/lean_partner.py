@@ -74,6 +74,18 @@ def _worker(buf: mmap.mmap, lo: int, cmd: int, reply: int, spin: bool) -> None:
         os.write(reply, b"k")
 
 
+def timed(step: Any, seconds: float) -> float:
+    """Env-steps per second of ``step(k)`` (one vector step of N envs): 500 steps of warm-up,
+    then as many as ``seconds`` allow."""
+    for k in range(500):
+        step(k)
+    start, k = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        step(k)
+        k += 1
+    return N * k / (time.perf_counter() - start)
+
+
 def lean(seconds: float) -> float:
     buf = mmap.mmap(-1, 4096)
     a = _arrays(buf)
@@ -98,13 +110,7 @@ def lean(seconds: float) -> float:
         os.read(other_reply, 1)
         return a["obs"].copy(), a["rew"].copy(), a["term"].copy(), a["trunc"].copy()
 
-    for k in range(500):
-        step(k)
-    start, k = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        step(k)
-        k += 1
-    rate = N * k / (time.perf_counter() - start)
+    rate = timed(step, seconds)
     for w in range(2):
         os.write(pipes[w][0][1], b"q")
     for p in procs:

@@ -28,7 +28,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from lean_partner import HALF, SPIN_S, N, _arrays, _worker, limit
+from lean_partner import HALF, SPIN_S, N, _arrays, _worker, limit, timed
 
 CMD, REPLY = 0, 8  # int64 cells, one cache line apart
 
@@ -41,7 +41,9 @@ VARIANTS = {  # worker 1: (command, reply)
 }
 
 
-def _other(buf: mmap.mmap, cells: mmap.mmap, cmd_fd: int, reply_fd: int, how: tuple[str, str]):  # type: ignore[no-untyped-def]
+def _other(
+    buf: mmap.mmap, cells: mmap.mmap, cmd_fd: int, reply_fd: int, how: tuple[str, str]
+) -> None:
     a = _arrays(buf)
     act, obs, rew, term, trunc = a["act"], a["obs"], a["rew"], a["term"], a["trunc"]
     envs = [gym.make("CartPole-v1") for _ in range(HALF)]
@@ -113,13 +115,7 @@ def run(seconds: float, how: tuple[str, str]) -> float:
                 os.read(o_rep_r, 4096)
         return a["obs"].copy(), a["rew"].copy(), a["term"].copy(), a["trunc"].copy()
 
-    for k in range(500):
-        step(k)
-    start, k = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        step(k)
-        k += 1
-    rate = N * k / (time.perf_counter() - start)
+    rate = timed(step, seconds)
     os.write(p_cmd_w, b"q")
     if how[0] == "cell":
         cell[CMD] = -1
