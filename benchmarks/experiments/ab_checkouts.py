@@ -9,8 +9,9 @@ a machine whose speed drifts from minute to minute (ratios within a round, not r
     python benchmarks/experiments/ab_checkouts.py --rounds 4 \\
         --workload cartpole --num-envs 16 base=/tmp/base new=.
 
-Workloads: ``cartpole``, ``busy<N>`` (bench_vector.py's BusyEnv with N us of work a step),
-``pong``, ``halfcheetah``. Extra constructor arguments: ``--kwargs "{'spin_us': 0}"``.
+Workloads: ``cartpole``, ``cartpole_monitor`` (in SB3's ``Monitor``), ``busy<N>``
+(bench_vector.py's BusyEnv with N us of work a step), ``pong``, ``halfcheetah``. Extra
+constructor arguments: ``--kwargs "{'spin_us': 0}"``.
 
 A checkout may force how the envs are split between the workers (third round: is an uneven
 split better when worker 0 shares its CPU with the parent?): ``label=path:6,10`` gives worker 0
@@ -42,6 +43,8 @@ def factory(workload: str) -> Any:
 
     if workload == "cartpole":
         return functools.partial(bv._make_gym, "CartPole-v1", None)
+    if workload == "cartpole_monitor":  # as SB3's make_vec_env builds it (sixth round)
+        return functools.partial(monitored, functools.partial(bv._make_gym, "CartPole-v1", None))
     if workload == "pong":
         return functools.partial(bv._make_gym, "ALE/Pong-v5", "ale_py")
     if workload == "halfcheetah":
@@ -49,6 +52,13 @@ def factory(workload: str) -> Any:
     if workload.startswith("busy"):
         return functools.partial(bv.BusyEnv, int(int(workload[4:]) * bv.calibrate(0.1)), (4,))
     raise SystemExit(f"unknown workload {workload!r}")
+
+
+def monitored(make: Any) -> Any:
+    """``make()`` wrapped in SB3's ``Monitor`` (episode statistics in the final info)."""
+    from stable_baselines3.common.monitor import Monitor
+
+    return Monitor(make())
 
 
 def child_vector(

@@ -13,11 +13,12 @@ pre-sampled actions; medians over the rounds.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 from typing import Any
 
 import numpy as np
-from ab_checkouts import factory, timed_rate
+from ab_checkouts import factory, monitored, timed_rate
 
 
 def rate(make: Any, n: int, seconds: float) -> float:
@@ -43,6 +44,11 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--monitor",
+        action="store_true",
+        help="wrap every env in SB3's Monitor, as make_vec_env does (sixth round)",
+    )
     args = parser.parse_args()
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
@@ -50,6 +56,8 @@ def main() -> None:
     import subvec.sb3
 
     n, fn = args.num_envs, factory(args.workload)
+    if args.monitor:
+        fn = functools.partial(monitored, fn)
     impls = {
         "subvec.SubprocVectorEnv (gymnasium)": lambda: subvec.SubprocVectorEnv([fn] * n),
         "subvec.sb3.SubprocVecEnv": lambda: subvec.sb3.SubprocVecEnv([fn] * n),
