@@ -96,12 +96,17 @@ def timed_rate(step: Any, actions: list[Any], n: int, seconds: float) -> float:
     return n * k / (time.perf_counter() - start)
 
 
-def _limit_part(make: Any, count: int, seconds: float, go: Any, out: Any) -> None:
+def ready_envs(make: Any, count: int) -> tuple[list[Any], list[Any]]:
+    """``count`` envs from ``make``, reset with seeds 0.., and 64 sampled actions."""
     envs = [make() for _ in range(count)]
     for i, env in enumerate(envs):
         env.reset(seed=i)
-    actions = [envs[0].action_space.sample() for _ in range(64)]
-    go.wait()
+    return envs, [envs[0].action_space.sample() for _ in range(64)]
+
+
+def step_for(envs: list[Any], actions: list[Any], seconds: float) -> tuple[int, float]:
+    """Step ``envs`` one after the other, resetting those that end, for ``seconds``: the
+    limit's tight loop. Returns the rounds done and the seconds they took."""
     start, k = time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
         for env in envs:
@@ -109,27 +114,39 @@ def _limit_part(make: Any, count: int, seconds: float, go: Any, out: Any) -> Non
             if terminated or truncated:
                 env.reset()
         k += 1
-    out.put(count * k / (time.perf_counter() - start))
+    return k, time.perf_counter() - start
 
 
-def child_limit(workload: str, n: int, seconds: float) -> float:
+def _limit_part(make: Any, count: int, seconds: float, go: Any, out: Any) -> None:
+    envs, actions = ready_envs(make, count)
+    go.wait()
+    k, wall = step_for(envs, actions, seconds)
+    out.put(count * k / wall)
+
+
+def limit_processes(
+    make: Any, shares: list[int], seconds: float, part: Any = _limit_part
+) -> list[Any]:
+    """One forked process per share running ``part(make, share, seconds, go, out)``, all
+    released together by the ``go`` barrier; what each put in ``out``."""
     import multiprocessing as mp
 
-    width = min(n, len(os.sched_getaffinity(0)))
-    shares = [n // width + (1 if w < n % width else 0) for w in range(width)]
     ctx = mp.get_context("fork")
-    go, out = ctx.Barrier(width + 1), ctx.SimpleQueue()
-    procs = [
-        ctx.Process(target=_limit_part, args=(factory(workload), s, seconds, go, out))
-        for s in shares
-    ]
+    go, out = ctx.Barrier(len(shares) + 1), ctx.SimpleQueue()
+    procs = [ctx.Process(target=part, args=(make, s, seconds, go, out)) for s in shares]
     for proc in procs:
         proc.start()
     go.wait()
-    rate = sum(out.get() for _ in procs)
+    results = [out.get() for _ in procs]
     for proc in procs:
         proc.join()
-    return rate
+    return results
+
+
+def child_limit(workload: str, n: int, seconds: float) -> float:
+    width = min(n, len(os.sched_getaffinity(0)))
+    shares = [n // width + (1 if w < n % width else 0) for w in range(width)]
+    return float(sum(limit_processes(factory(workload), shares, seconds)))
 
 
 def run_child(spec: dict[str, Any], path: str | None) -> float:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import ast
-import multiprocessing as mp
 import time
 from multiprocessing import shared_memory
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from ab_checkouts import factory
+from ab_checkouts import factory, limit_processes, ready_envs, step_for
 
 
 class Timed(gym.Wrapper):  # type: ignore[type-arg]
@@ -56,41 +55,20 @@ class TimedFactory:
 
 
 def _limit_part(make: Any, count: int, seconds: float, go: Any, out: Any) -> None:
-    envs = [make() for _ in range(count)]
-    for i, env in enumerate(envs):
-        env.reset(seed=i)
-    actions = [envs[0].action_space.sample() for _ in range(64)]
+    envs, actions = ready_envs(make, count)
     go.wait()
     for env in envs:
         env.take()
-    start, k = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        for env in envs:
-            _, _, terminated, truncated, _ = env.step(actions[k % 64])
-            if terminated or truncated:
-                env.reset()
-        k += 1
-    wall = time.perf_counter() - start
+    k, wall = step_for(envs, actions, seconds)
     out.put((wall / k, sum(env.take() for env in envs) / k))
 
 
 def situ(workload: str, n: int, seconds: float, rounds: int, kwargs: dict[str, Any]) -> None:
     import subvec
 
-    ctx = mp.get_context("fork")
     make = TimedFactory(workload)
     for r in range(rounds):
-        go, out = ctx.Barrier(3), ctx.SimpleQueue()
-        procs = [
-            ctx.Process(target=_limit_part, args=(make, n // 2, seconds, go, out))
-            for _ in range(2)
-        ]
-        for proc in procs:
-            proc.start()
-        go.wait()
-        parts = [out.get() for _ in procs]
-        for proc in procs:
-            proc.join()
+        parts = limit_processes(make, [n // 2] * 2, seconds, part=_limit_part)
         line = ", ".join(f"{1e6 * w:.0f} us a step ({1e6 * s:.0f} inside step)" for w, s in parts)
         print(f"round {r + 1}: limit processes: {line}")
         venv = subvec.SubprocVectorEnv([make] * n, **kwargs)
