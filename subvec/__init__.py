@@ -3,13 +3,20 @@
 General layout (lower layers never import higher ones):
 
     errors            the exception hierarchy
-    _protocol         the wire protocol: command codes, framing, remote errors
+    _protocol         the wire protocol: command codes, framing, payload records, remote errors
     _spaces, _shm     space -> shared-memory layout; the block and its views
     _seeding          seed -> per-env seeds
     _core             EnvSlab: stepping k envs in-process (no multiprocessing)
+    _infos, _merge    infos on the wire and in the block; one merger per info_format
+    _block            the block's schema: regions, observation slots, row binding (both sides)
+    _plan             the process layout: workers, env ranges, spin, partner (a pure function)
     _topology         NUMA discovery and placement
     _worker           the worker process: pin, build envs, serve commands
-    vector            SubprocVectorEnv (gymnasium VectorEnv)
+    _backend          the face every backend shows the front (units, send, collect, restart)
+    _pool, _local     backends: worker processes; the parent's own envs (parent_envs)
+    _failures         the failure policy: raise, or restart and report
+    _front            the gymnasium VectorEnv contract over backends
+    vector            SubprocVectorEnv: the process backend's public class
     proxy             remote(envs): attribute-style forwarding to any vector env's call()
     factory           make_vec (and the kwargs checks the SB3 face reuses)
     _envops           per-env operations the SB3 face runs in the workers (no SB3 import)

@@ -22,14 +22,17 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
+import cloudpickle
+
 from subvec import _protocol as proto
-from subvec._protocol import Command, ErrorRecord, Status
+from subvec._backend import PLAIN, Collected, Failure, Outcome
+from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
 from subvec._shm import SharedBlock
 from subvec._topology import Placement
-from subvec._worker import WorkerHello, worker_main
-from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note, describe_exitcode
+from subvec._worker import worker_main
+from subvec.errors import describe_exitcode
 
-__all__ = ["PLAIN_OK", "Failure", "Gathered", "Reply", "Worker", "WorkerPool", "release"]
+__all__ = ["Gathered", "Reply", "Worker", "WorkerPool", "release"]
 
 #: After SIGTERM, how long a worker gets before SIGKILL; also the grace of a last-resort close.
 TERMINATE_GRACE = 1.0
@@ -67,28 +70,6 @@ class Worker:
     def describe(self) -> str:
         span = f"env {self.lo}" if self.hi - self.lo == 1 else f"envs {self.lo}..{self.hi - 1}"
         return f"worker {self.index} (pid {self.pid}, {span})"
-
-
-@dataclass
-class Failure:
-    """A worker that died or did not answer in time."""
-
-    worker: Worker
-    kind: str  # "died" | "hung"
-    message: str
-    exitcode: int | None = None
-
-    def to_error(self, timeout: float = 0.0) -> WorkerDiedError | WorkerTimeoutError:
-        if self.kind == "hung":
-            return WorkerTimeoutError(
-                self.message, env_indices=list(self.worker.envs), timeout=timeout
-            )
-        return WorkerDiedError(
-            self.message,
-            env_indices=list(self.worker.envs),
-            pid=self.worker.pid,
-            exitcode=self.exitcode,
-        )
 
 
 Gathered = tuple[dict[int, Reply], list[Failure]]
@@ -148,33 +129,49 @@ def terminate(workers: Sequence[Worker], grace: float) -> None:
 
 
 class WorkerPool:
-    """Worker processes for a vector env; see the module docstring."""
+    """Worker processes for a vector env: the process backend (see ``_backend``).
+
+    Args:
+        ctx: the multiprocessing context the workers start with.
+        factories: the cloudpickled env factories, in env order.
+        bounds: ``(lo, hi)`` env indices of each worker.
+        autoreset_mode: the AutoresetMode value the workers' envs follow.
+        placements: where each worker runs (None: anywhere).
+        daemon: start the workers as daemons.
+        spin_s: seconds to busy-poll for replies before blocking (0: block at once).
+        partner: the worker that shares the parent's CPU (see ``gather``), if any.
+    """
+
+    inline = False
 
     def __init__(
         self,
         ctx: BaseContext,
         factories: list[bytes],
-        bounds: list[tuple[int, int]],
+        bounds: Sequence[tuple[int, int]],
         autoreset_mode: str,
         placements: list[Placement] | None,
         daemon: bool,
+        *,
+        spin_s: float = 0.0,
+        partner: int | None = None,
     ) -> None:
         self.ctx = ctx
         self.factories = factories
-        self.bounds = bounds
+        self.bounds = list(bounds)
         self.autoreset_mode = autoreset_mode
         self.placements = placements
         self.daemon = daemon
         self.resources = PoolResources()
-        #: seconds to busy-poll for replies before blocking (0: block at once)
-        self.spin_s = 0.0
+        self.spin_s = spin_s
         self._poller: tuple[select.poll, dict[int, tuple[Worker, bool]]] | None = None
         #: a moving average of how long a whole-pool gather has been waiting
         self._wait_estimate = 0.0
-        #: the worker that shares the parent's CPU (see ``gather``), if any
-        self.wait_first: int | None = None
+        self.wait_first = partner
         self._first_poller: tuple[Worker, select.poll] | None = None
         self._quick: _Quick | None = None
+        #: the pickled ATTACH command, kept to attach a replacement worker
+        self._attach_payload = b""
 
     def _forget_workers(self) -> None:
         """Drop what is kept per set of workers (after a start or a replacement)."""
@@ -182,6 +179,10 @@ class WorkerPool:
 
     @property
     def workers(self) -> list[Worker]:
+        return self.resources.workers
+
+    @property
+    def units(self) -> list[Worker]:
         return self.resources.workers
 
     # --- start ----------------------------------------------------------------------------
@@ -228,16 +229,60 @@ class WorkerPool:
         self._forget_workers()
 
     def handshake(self, workers: Sequence[Worker], timeout: float | None) -> None:
-        replies, failures = self.gather(workers, timeout, "building the envs")
+        """Wait until each of ``workers`` has built its envs and said hello.
+
+        Raises:
+            WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
+            EnvError: an env factory raised (the lowest env index first).
+        """
+        outcomes = self._answers(workers, timeout, "building the envs")
+        for worker in workers:
+            worker.hello = outcomes[worker.index][1]
+
+    def attach(self, block: SharedBlock, spec: AttachSpec, timeout: float | None) -> None:
+        """Hand the workers the block (the pool releases it with the workers from now on).
+
+        Raises:
+            WorkerDiedError, WorkerTimeoutError, EnvError: as :meth:`handshake`.
+        """
+        self.resources.block = block
+        self._attach_payload = cloudpickle.dumps(spec)
+        for worker in self.workers:
+            self.send_to(worker, Command.ATTACH, self._attach_payload)
+        self._answers(self.workers, timeout, "attaching")
+
+    def _answers(
+        self, workers: Sequence[Worker], timeout: float | None, what: str
+    ) -> dict[int, Outcome]:
+        """Every one of ``workers``' outcomes; raises the first failure or env error."""
+        replies, failures = self.gather(workers, timeout, what)
         if failures:
             raise failures[0].to_error(timeout or 0.0)
-        raise_env_errors(workers, [replies[w.index] for w in workers])
-        for worker in workers:
-            worker.hello = proto.loads(replies[worker.index][1])
+        outcomes = {w.index: self._decode(w, replies[w.index]) for w in workers}
+        proto.raise_first([v for status, v in outcomes.values() if status is Status.ERROR])
+        return outcomes
 
     # --- messages -------------------------------------------------------------------------
 
-    def send(self, worker: Worker, command: Command, payload: bytes = b"") -> None:
+    def send(
+        self,
+        command: Command,
+        payload: Any = None,
+        *,
+        per_unit: Callable[[Any], Any] | None = None,
+        units: Sequence[Any] | None = None,
+    ) -> None:
+        """Send ``command`` to ``units`` (default: every worker, the partner last) with
+        ``payload`` or ``per_unit(worker)``, pickled (cloudpickle for calls: their arguments
+        may be lambdas)."""
+        targets = self._send_order() if units is None else units
+        dump = cloudpickle.dumps if command in _CLOUDPICKLED else proto.dumps
+        data = b"" if payload is None else dump(payload)
+        for worker in targets:
+            self.send_to(worker, command, data if per_unit is None else dump(per_unit(worker)))
+
+    def send_to(self, worker: Worker, command: Command, payload: bytes = b"") -> None:
+        """Send one frame to ``worker``; its reply is the one awaited from now on."""
         worker.seq += 1
         worker.expected = worker.seq
         try:
@@ -245,10 +290,37 @@ class WorkerPool:
         except OSError:
             pass  # EPIPE: the worker is gone; gather() learns how from its sentinel
 
-    def send_all(self, command: Command) -> None:
-        """Send ``command`` with an empty payload to every worker, the partner last."""
-        for worker in self._send_order():
-            self.send(worker, command)
+    def collect(
+        self,
+        timeout: float | None,
+        what: str,
+        *,
+        units: Sequence[Any] | None = None,
+        stop_at_death: bool = False,
+    ) -> Collected | None:
+        """Wait for ``units`` (default: every worker); see ``_backend``. None: every worker
+        answered a plain OK."""
+        if units is None:
+            return self._decoded(self.gather_all(timeout, what, stop_at_death))
+        return self._decoded(self.gather(units, timeout, what, stop_at_death))
+
+    def _decoded(self, gathered: Gathered | None) -> Collected | None:
+        if gathered is None:
+            return None
+        replies, failures = gathered
+        workers = self.workers
+        outcomes = {i: self._decode(workers[i], reply) for i, reply in replies.items()}
+        return Collected(outcomes, failures)
+
+    @staticmethod
+    def _decode(worker: Worker, reply: Reply) -> Outcome:
+        status, payload = reply
+        if status is Status.OK:
+            return PLAIN
+        if status is Status.ERROR:
+            record: ErrorRecord = proto.loads(payload)
+            return status, proto.rebuild_remote_error(record, worker.pid)
+        return status, proto.loads(payload)
 
     def _send_order(self) -> list[Worker]:
         workers = self.resources.workers
@@ -284,13 +356,14 @@ class WorkerPool:
 
     def exchange(
         self, command: Command, timeout: float | None, what: str, stop_at_death: bool = False
-    ) -> Gathered | None:
-        """``send_all(command)`` then ``gather_all(...)``: the per-step round trip."""
+    ) -> Collected | None:
+        """``send(command)`` then ``collect(...)``: the per-step round trip."""
         quick = self._quick or self._build_quick()
         if quick is None:
-            self.send_all(command)
-            return self.gather_all(timeout, what, stop_at_death)
-        return quick[0](command, timeout, what, stop_at_death)
+            self.send(command)
+            return self._decoded(self.gather_all(timeout, what, stop_at_death))
+        gathered = quick[0](command, timeout, what, stop_at_death)
+        return None if gathered is None else self._decoded(gathered)
 
     def gather_all(
         self, timeout: float | None, what: str, stop_at_death: bool = False
@@ -332,9 +405,7 @@ class WorkerPool:
         read, write, pack, size = os.read, os.write, proto.HEADER.pack, proto.HEADER.size
         monotonic, ok, take_rest = time.monotonic, Status.OK, self._take_rest
 
-        def take(
-            timeout: float | None, what: str, stop_at_death: bool
-        ) -> Gathered | None:
+        def take(timeout: float | None, what: str, stop_at_death: bool) -> Gathered | None:
             if timeout is None:
                 deadline = None
                 events = partner_poll(-1)
@@ -441,6 +512,8 @@ class WorkerPool:
                 for fd, is_reply in ((w.reply_fd, True), (w.process.sentinel, False)):
                     by_fd[fd] = (w, is_reply)
                     poller.register(fd, select.POLLIN)
+        #: the fds still registered with a poll object of this wait's own (not the kept one)
+        by_fd_live = set() if kept else set(by_fd)
         # Busy-poll first (bounded) when the pool was told cores are free for it: blocking
         # costs a sleep and a wake-up, which on a VM can exceed a cheap env's whole step.
         # Only while replies have been coming within the window (see the worker's serve loop):
@@ -478,8 +551,11 @@ class WorkerPool:
                 worker, is_reply = by_fd[fd]
                 if worker.index not in pending:
                     # Only a dead worker's sentinel (or EOF) keeps firing once it has answered:
-                    # drop it from the wait so the loop does not spin on it.
-                    poller.unregister(fd)
+                    # drop it from the wait so the loop does not spin on it. The same poll may
+                    # list both of a worker's fds after its reply already unregistered them.
+                    if kept or fd in by_fd_live:
+                        poller.unregister(fd)
+                        by_fd_live.discard(fd)
                     if kept:
                         self._poller = self._quick = None
                     continue
@@ -490,6 +566,7 @@ class WorkerPool:
                 if not kept:
                     for fd_done in (worker.reply_fd, worker.process.sentinel):
                         poller.unregister(fd_done)
+                        by_fd_live.discard(fd_done)
                 if reply is _DEAD:
                     failures.append(self._death(worker, what))
                     if kept:
@@ -535,9 +612,13 @@ class WorkerPool:
 
     # --- restart / stop -------------------------------------------------------------------
 
-    def replace(self, worker: Worker, attach_payload: bytes, timeout: float | None) -> Worker:
+    def restart(self, worker: Worker, timeout: float | None) -> Worker:
         """Kill ``worker`` if needed and start a fresh one for the same envs, attached to the
-        block. Its envs are freshly built and not yet reset."""
+        block. Its envs are freshly built and not yet reset.
+
+        Raises:
+            WorkerDiedError, WorkerTimeoutError, EnvError: the new worker failed to start.
+        """
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(5.0)
@@ -547,30 +628,28 @@ class WorkerPool:
         self.workers[worker.index] = new
         self._forget_workers()
         self.handshake([new], timeout)
-        self.send(new, Command.ATTACH, attach_payload)
-        replies, failures = self.gather([new], timeout, "attaching the shared block")
-        if failures:
-            raise failures[0].to_error(timeout or 0.0)
-        raise_env_errors([new], [replies[new.index]])
+        self.send_to(new, Command.ATTACH, self._attach_payload)
+        self._answers([new], timeout, "attaching the shared block")
         return new
 
     def close(self, timeout: float, terminate_now: bool) -> BaseException | None:
         """Ask every live worker to close its envs (bounded by ``timeout``), then release
-        everything. Returns the first error an env's close() raised, if any."""
+        everything, whatever happened while asking. Returns the first error an env's close()
+        raised, if any."""
         error: BaseException | None = None
-        live = [w for w in self.workers if w.process.is_alive()]
-        if live and not terminate_now:
-            for worker in live:
-                self.send(worker, Command.CLOSE)
-            replies, _ = self.gather(live, timeout, "closing")
-            try:
-                raise_env_errors(
-                    [w for w in live if w.index in replies],
-                    [replies[w.index] for w in live if w.index in replies],
-                )
-            except Exception as exc:
-                error = exc
-        release(self.resources)
+        try:
+            live = [w for w in self.workers if w.process.is_alive()]
+            if live and not terminate_now:
+                for worker in live:
+                    self.send_to(worker, Command.CLOSE)
+                replies, _ = self.gather(live, timeout, "closing")
+                errors = [self._decode(w, replies[w.index]) for w in live if w.index in replies]
+                try:
+                    proto.raise_first([v for status, v in errors if status is Status.ERROR])
+                except Exception as exc:
+                    error = exc
+        finally:
+            release(self.resources)
         return error
 
 
@@ -578,21 +657,5 @@ _DEAD = object()
 _STATUSES = {int(status): status for status in Status}
 _STALE = object()
 PLAIN_OK: Reply = (Status.OK, b"")
-
-
-def raise_env_errors(workers: Sequence[Worker], replies: Sequence[Reply]) -> None:
-    """Raise the first env error of a call (lowest env index), noting the others."""
-    errors = []
-    for worker, (status, payload) in zip(workers, replies):
-        if status is Status.ERROR:
-            record: ErrorRecord = proto.loads(payload)
-            errors.append(proto.rebuild_remote_error(record, worker.pid))
-    if not errors:
-        return
-    first = errors[0]
-    if len(errors) > 1:
-        others = ", ".join(
-            f"env {getattr(e, 'env_index', '?')}: {type(e).__name__}" for e in errors[1:]
-        )
-        add_note(first, f"{len(errors) - 1} more env(s) failed in the same call: {others}")
-    raise first
+#: commands whose payloads may hold lambdas and closures (a call's arguments, attribute values)
+_CLOUDPICKLED = (Command.CALL, Command.SET_ATTR)

@@ -25,20 +25,31 @@ import os
 import pickle
 import struct
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from subvec.errors import EnvError, RemoteEnvError, RemoteTraceback
+from subvec.errors import EnvError, RemoteEnvError, RemoteTraceback, add_note
+
+if TYPE_CHECKING:
+    from subvec._shm import BlockLayout
+    from subvec._topology import PlacementReport
 
 __all__ = [
     "HEADER",
+    "AttachSpec",
+    "CallPayload",
     "Command",
     "ErrorRecord",
+    "ResetPayload",
+    "SetAttrPayload",
     "Status",
+    "WorkerHello",
     "dumps",
     "finish_frame",
     "loads",
+    "raise_first",
     "read_frame",
     "rebuild_remote_error",
     "write_frame",
@@ -51,13 +62,12 @@ _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 class Command(IntEnum):
     """Parent -> worker."""
 
-    ATTACH = 1  # payload: ShmAttach; map the shared block, build views
-    RESET = 2  # payload: (seeds, options, mask)
+    ATTACH = 1  # payload: AttachSpec; map the shared block, bind the envs' rows
+    RESET = 2  # payload: ResetPayload
     STEP = 3  # payload: empty (actions in shared memory) or pickled per-env actions
-    CALL = 4  # payload: (name, args, kwargs); get_attr is CALL of a non-callable
-    SET_ATTR = 5  # payload: (name, values)
+    CALL = 4  # payload: CallPayload; get_attr is CALL of a non-callable
+    SET_ATTR = 5  # payload: SetAttrPayload
     CLOSE = 6  # payload: empty; the worker closes its envs, replies, exits
-    PING = 7  # payload: empty; liveness/ordering barrier used by tests and recovery
 
 
 class Status(IntEnum):
@@ -119,6 +129,66 @@ def finish_frame(fd: int, head: bytes) -> tuple[int, int, bytes]:
     length, code, seq = HEADER.unpack(head)
     payload = _read_exact(fd, length) if length else b""
     return code, seq, payload
+
+
+# --- payloads ------------------------------------------------------------------------------
+
+
+@dataclass
+class WorkerHello:
+    """READY: where the worker runs and what its envs look like (sent once its envs are built)."""
+
+    placement: PlacementReport
+    observation_spaces: list[Any]
+    action_spaces: list[Any]
+    metadata: dict[str, Any]
+    render_mode: str | None
+
+
+@dataclass
+class AttachSpec:
+    """ATTACH: the block and how a worker's envs map onto it (see ``subvec._block``)."""
+
+    block_name: str
+    layout: BlockLayout
+    num_envs: int
+    observation_space: Any  # single space; None when observations travel by value
+    action_space: Any  # single space; None when actions travel by value
+    #: per worker index: busy-poll for the next command this long before blocking
+    spin_us: tuple[float, ...] = ()
+    #: send scalar infos as columns (the parent merges them for info_format="gymnasium")
+    info_columns: bool = False
+    #: SAME_STEP: keep final observations in the block's final-observation rows
+    final_obs: bool = False
+    #: the block has the info regions: steady scalar infos go there (see _infos)
+    info_block: bool = False
+    #: how many extra batches of observations the block holds; a cell names the one each
+    #: command writes (see ``_block.ObsSlots``)
+    obs_slots: int = 0
+
+
+class ResetPayload(NamedTuple):
+    """RESET: one seed per env of the unit, the options every env gets, and which envs reset
+    (None: all)."""
+
+    seeds: Sequence[int | None]
+    options: dict[str, Any] | None
+    mask: Sequence[bool] | None
+
+
+class CallPayload(NamedTuple):
+    """CALL: ``env.get_wrapper_attr(name)``, called with the arguments if callable."""
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+class SetAttrPayload(NamedTuple):
+    """SET_ATTR: one value per env of the unit."""
+
+    name: str
+    values: Sequence[Any]
 
 
 # --- remote errors -------------------------------------------------------------------------
@@ -243,3 +313,16 @@ def rebuild_remote_error(record: ErrorRecord, worker_pid: int | None) -> BaseExc
     exc.remote_traceback = record.traceback_text  # type: ignore[attr-defined]
     exc.__cause__ = RemoteTraceback(record.traceback_text)
     return exc
+
+
+def raise_first(errors: Sequence[BaseException]) -> None:
+    """Raise the first of a call's env errors (lowest env index first), noting the others."""
+    if not errors:
+        return
+    first = errors[0]
+    if len(errors) > 1:
+        others = ", ".join(
+            f"env {getattr(e, 'env_index', '?')}: {type(e).__name__}" for e in errors[1:]
+        )
+        add_note(first, f"{len(errors) - 1} more env(s) failed in the same call: {others}")
+    raise first

@@ -6,7 +6,7 @@
                                                build its k envs from cloudpickled factories
                        READY(hello) ◄───────── report pid, placement, spaces, metadata
     ATTACH(block name, layout) ──────────────► map the shared block, bind the EnvSlab
-    STEP / RESET / CALL / SET_ATTR / PING ───► EnvSlab does the work; rows land in the block
+    STEP / RESET / CALL / SET_ATTR ─────────► EnvSlab does the work; rows land in the block
               OK | OK_PAYLOAD | ERROR ◄─────── one reply per command, same seq
     CLOSE ───────────────────────────────────► close envs, reply, unmap, exit
 
@@ -24,56 +24,21 @@ import signal
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
-import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
-from subvec import _spaces
-from subvec._core import EnvSlab, SlabArrays, SlabResult, final_obs_store
+from subvec._block import bind_rows, slot_writers
+from subvec._core import EnvSlab, SlabResult
 from subvec._infos import InfoBlockWriter, to_columns
-from subvec._protocol import Command, ErrorRecord, Status
-from subvec._shm import BlockLayout, SharedBlock
-from subvec._topology import Placement, PlacementReport, apply_placement
+from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
+from subvec._shm import SharedBlock
+from subvec._topology import Placement, apply_placement
 
-__all__ = ["AttachSpec", "WorkerHello", "worker_main"]
-
-
-@dataclass
-class WorkerHello:
-    """The READY handshake: where the worker runs and what its envs look like."""
-
-    placement: PlacementReport
-    observation_spaces: list[Any]
-    action_spaces: list[Any]
-    metadata: dict[str, Any]
-    render_mode: str | None
-
-
-@dataclass
-class AttachSpec:
-    """The ATTACH command: the block and how this worker's envs map onto it."""
-
-    block_name: str
-    layout: BlockLayout
-    num_envs: int
-    observation_space: Any  # single space; None when observations travel by value
-    action_space: Any  # single space; None when actions travel by value
-    #: per worker index: busy-poll for the next command this long before blocking
-    spin_us: tuple[float, ...] = ()
-    #: send scalar infos as columns (the parent merges them for info_format="gymnasium")
-    info_columns: bool = False
-    #: SAME_STEP: keep final observations in the block's "final_obs" rows (see _core)
-    final_obs: bool = False
-    #: the block has the info regions: steady scalar infos go there (see _infos)
-    info_block: bool = False
-    #: extra batches of observations ("obs0_slot1".."obs0_slotN"): the "obs_slot" cell says
-    #: which one each command writes (see SubprocVectorEnv._pick_obs_slot)
-    obs_slots: int = 0
+__all__ = ["worker_main"]
 
 
 def _watch_parent() -> None:
@@ -245,24 +210,22 @@ class _Server:
             reply = self._step_reply(slab.step(proto.loads(payload) if payload else None))
             return (Status.OK_PAYLOAD if reply else Status.OK), reply
         elif command is Command.RESET:
-            seeds, options, mask = proto.loads(payload)
-            result = slab.reset(seeds, options, mask)
+            reset: proto.ResetPayload = proto.loads(payload)
+            result = slab.reset(reset.seeds, reset.options, reset.mask)
         elif command is Command.CALL:
-            name, args, kwargs = proto.loads(payload)
-            results = slab.call(name, args, kwargs)
-            what = f"the result of {name!r}"
+            call: proto.CallPayload = proto.loads(payload)
+            results = slab.call(call.name, call.args, call.kwargs)
+            what = f"the result of {call.name!r}"
             return Status.OK_PAYLOAD, self._dump_per_env(results, what, enumerate(results))
         elif command is Command.SET_ATTR:
-            name, values = proto.loads(payload)
-            slab.set_attr(name, values)
+            set_attr: proto.SetAttrPayload = proto.loads(payload)
+            slab.set_attr(set_attr.name, set_attr.values)
             return Status.OK, b""
         elif command is Command.ATTACH:
             self.attach(proto.loads(payload))
             return Status.OK, b""
         elif command is Command.CLOSE:
             slab.close()
-            return Status.OK, b""
-        elif command is Command.PING:
             return Status.OK, b""
         else:  # pragma: no cover - Command is exhaustive
             raise ValueError(f"unknown command {command!r}")
@@ -320,37 +283,5 @@ class _Server:
         views = block.views
         if spec.info_block:
             self.info_block = InfoBlockWriter(views, self.index, lo, hi)
-        write_obs = read_action = None
-        if spec.observation_space is not None:
-            obs_leaves = [
-                views[f"obs{k}"][lo:hi]
-                for k in range(len(_spaces.leaf_specs(spec.observation_space)))
-            ]
-            obs_rows = _spaces.build_views(spec.observation_space, iter(obs_leaves))
-            write_obs = _spaces.row_writer(spec.observation_space, obs_rows, env_offset=lo)
-        if spec.action_space is not None:
-            act_leaves = [
-                views[f"act{k}"][lo:hi] for k in range(len(_spaces.leaf_specs(spec.action_space)))
-            ]
-            act_rows = _spaces.build_views(spec.action_space, iter(act_leaves))
-            read_action = _spaces.row_reader(spec.action_space, act_rows)
-        if spec.obs_slots:
-            space = spec.observation_space
-            names = ["obs0"] + [f"obs0_slot{s}" for s in range(1, spec.obs_slots + 1)]
-            self.obs_writers = [
-                _spaces.row_writer(space, views[name][lo:hi], env_offset=lo) for name in names
-            ]
-            self.obs_slot_cell = memoryview(views["obs_slot"])  # type: ignore[arg-type]
-        rewards: np.ndarray = views["rewards"][lo:hi]
-        self.slab.bind(
-            SlabArrays(
-                rewards=rewards,
-                terminations=views["terminations"][lo:hi],
-                truncations=views["truncations"][lo:hi],
-                write_obs=write_obs,
-                read_action=read_action,
-                store_final_obs=final_obs_store(views["final_obs"][lo:hi])
-                if spec.final_obs
-                else None,
-            )
-        )
+        self.obs_writers, self.obs_slot_cell = slot_writers(views, spec, lo, hi)
+        self.slab.bind(bind_rows(views, spec, lo, hi))

@@ -11,6 +11,7 @@ import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
 from subvec import SubprocVectorEnv
+from subvec._plan import plan_layout, split
 from tests.envs import ZooEnv, make_zoo
 
 
@@ -88,7 +89,7 @@ def test_layouts_and_autoreset_spellings(monkeypatch: pytest.MonkeyPatch) -> Non
     )
     try:
         assert envs.num_workers == 3
-        assert [(w.lo, w.hi) for w in envs._pool.workers] == [(0, 3), (3, 5), (5, 7)]
+        assert envs.worker_envs == (range(0, 3), range(3, 5), range(5, 7))
         assert envs.autoreset_mode is AutoresetMode.SAME_STEP
         assert "num_envs=7, num_workers=3" in repr(envs)
     finally:
@@ -165,14 +166,16 @@ def test_spin_policy_follows_the_usable_cpus(
     partner: int | None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    layout = plan_layout(4, cpus=cpus, num_workers=2, spin_us=spin_us, parent_envs=parent_envs)
+    assert layout.worker_spin_us == workers
+    assert layout.parent_spin_us == parent
+    assert layout.partner == partner
     monkeypatch.setattr("subvec.vector.usable_cpus", lambda: cpus)
     envs = SubprocVectorEnv(
         [make_zoo("box_f32")] * 4, num_workers=2, spin_us=spin_us, parent_envs=parent_envs
     )
     try:
-        assert envs._worker_spin_us == workers
-        assert envs._parent_spin_us == parent
-        assert envs._partner == partner and envs._pool.wait_first == partner
+        assert envs.layout == layout
         assert envs.spin_us == max(workers)
         # Whatever the policy, stepping gives the same results (the conformance suite runs
         # every layout; this only checks that the waits end).
@@ -190,7 +193,7 @@ def test_a_cpu_quota_limits_the_default_layout(monkeypatch: pytest.MonkeyPatch) 
     envs = SubprocVectorEnv([make_zoo("box_f32")] * 4)
     try:
         assert envs.num_workers == 1
-        assert envs.spin_us == 0.0 and envs._parent_spin_us == 0.0
+        assert envs.spin_us == 0.0 and envs.layout.parent_spin_us == 0.0
         envs.reset(seed=0)
         envs.step(envs.action_space.sample())
     finally:
@@ -198,9 +201,33 @@ def test_a_cpu_quota_limits_the_default_layout(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_the_partner_gets_the_smaller_share() -> None:
-    from subvec.vector import _split
+    assert split(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    assert split(7, 3, extra_last=True) == [(0, 2), (2, 4), (4, 7)]
+    assert split(16, 2, extra_last=True) == [(0, 8), (8, 16)]
+    assert split(3, 3, extra_last=True) == [(0, 1), (1, 2), (2, 3)]
+    # With a partner (two CPUs, two workers), worker 0 shares the parent's CPU: it gets fewer.
+    assert plan_layout(7, cpus=2).bounds == ((0, 3), (3, 7))
+    assert plan_layout(7, cpus=4, num_workers=2).bounds == ((0, 4), (4, 7))
 
-    assert _split(7, 3) == [(0, 3), (3, 5), (5, 7)]
-    assert _split(7, 3, extra_last=True) == [(0, 2), (2, 4), (4, 7)]
-    assert _split(16, 2, extra_last=True) == [(0, 8), (8, 16)]
-    assert _split(3, 3, extra_last=True) == [(0, 1), (1, 2), (2, 3)]
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_workers": 0}, "num_workers must be a positive int"),
+        ({"num_workers": 9}, "exceeds num_envs=8"),
+        ({"envs_per_worker": 0}, "envs_per_worker must be a positive int"),
+        ({"num_workers": 2, "envs_per_worker": 2}, "not both"),
+        ({"parent_envs": 8}, "parent_envs must be an int in"),
+        ({"spin_us": -1}, "spin_us must be >= 0"),
+    ],
+)
+def test_planning_refuses_bad_counts(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        plan_layout(8, cpus=2, **kwargs)
+
+
+def test_default_layout_leaves_the_parent_a_cpu_when_it_steps_envs() -> None:
+    assert plan_layout(8, cpus=4).num_workers == 4
+    assert plan_layout(8, cpus=4, parent_envs=2).num_workers == 3
+    assert plan_layout(2, cpus=16).num_workers == 2
+    assert plan_layout(9, cpus=4, envs_per_worker=4).bounds == ((0, 3), (3, 6), (6, 9))

@@ -171,7 +171,7 @@ def test_worker_death_mid_step_is_seen_at_once_while_others_are_busy(
     fns = crash_fns(4, 3, how)
     fns[0] = lambda: __import__("tests.envs").envs.CrashEnv("hang", seconds=30, terminate_prob=0)
     envs = SubprocVectorEnv(fns, num_workers=2)
-    assert envs._partner == (0 if cpus == 2 else None)
+    assert envs.layout.partner == (0 if cpus == 2 else None)
     try:
         envs.reset(seed=0)
         pid = worker_pids(envs)[1]
@@ -237,7 +237,7 @@ def test_timeout_names_stuck_envs_and_no_stale_reply_is_returned_later(infos: st
         # results (the infos travel in the replies) are the second step's, as in-process.
         second = envs.step(actions)
         assert envs.get_attr("t") == (2, 2, 2, 2)
-        assert (envs._obs_slots is not None) == (infos == "slots")
+        assert (envs.block_plan.obs_slots > 0) == (infos == "slots")
         reference = gym.vector.SyncVectorEnv(
             [
                 lambda: ZooEnv(
@@ -267,7 +267,7 @@ def test_constructor_timeout_applies_to_every_wait(
     monkeypatch.setattr("subvec.vector.usable_cpus", lambda: 2)
     fns = crash_fns(2, stuck, "hang", seconds=30, quiet=True)
     envs = SubprocVectorEnv(fns, num_workers=2, timeout=0.2)
-    assert envs._partner == 0
+    assert envs.layout.partner == 0
     try:
         envs.reset(seed=0)
         start = time.monotonic()
@@ -334,7 +334,7 @@ def test_restart_replaces_a_dead_worker_and_reports_truncation(steady: bool) -> 
         record = envs.restarts[0]
         assert record.worker == 1 and record.env_indices == (2, 3)
         assert "SIGKILL(-9)" in record.reason
-        assert envs._pool.workers[1].pid != old[1] and envs._pool.workers[0].pid == old[0]
+        assert envs.worker_pids[1] != old[1] and envs.worker_pids[0] == old[0]
         # The replaced worker's envs start afresh; the other worker's envs carry on.
         assert envs.get_attr("t") == (2, 2, 0, 0)
         infos = envs.step(actions)[4]

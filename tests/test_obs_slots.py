@@ -1,5 +1,5 @@
 """Observation slots: large batches are handed out as views of the block, never overwritten
-while the caller holds anything of them (SubprocVectorEnv._pick_obs_slot)."""
+while the caller holds anything of them (subvec._block.ObsSlots)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-import subvec.vector
+import subvec._block
 from subvec import SubprocVectorEnv
-from subvec.vector import OBS_SLOT_MIN_BYTES, OBS_SLOTS
+from subvec._block import OBS_SLOT_MIN_BYTES, OBS_SLOTS
 from tests.envs import ZooEnv
 from tests.helpers import assert_same
 
@@ -36,13 +36,19 @@ def test_held_batches_and_their_views_never_change() -> None:
         want, _ = oracle.reset(seed=1)
         envs.action_space.seed(0)
         held: list[tuple[object, np.ndarray]] = []  # (what the caller kept, its value then)
-        slots_used = set()
+        # A batch handed out in a slot is a view of that slot's root; a copied one owns its data.
+        # (Ids, not the roots: a reference held here would keep a slot busy.)
+        roots: set[int] = set()
+        copied = False
         for t in range(40):
             actions = envs.action_space.sample()
             got = envs.step(actions)[0]
             want = oracle.step(actions)[0]
             assert_same(got, want, f"step {t}")
-            slots_used.add(envs._obs_slot)
+            if got.base is None:
+                copied = True
+            else:
+                roots.add(id(got.base))
             if t == 5:
                 held.append((got, want.copy()))  # the batch itself
             if t == 9:
@@ -54,12 +60,10 @@ def test_held_batches_and_their_views_never_change() -> None:
                     f"held batch {i} changed at step {t}"
                 )
         # The first steps went to slots; once the caller held them all, batches were copied.
-        assert slots_used >= set(range(1, OBS_SLOTS + 1)) | {0}
-        assert envs._obs_slot == 0
+        assert len(roots) == OBS_SLOTS and copied
         held.clear()
         got = envs.step(envs.action_space.sample())[0]
-        assert envs._obs_slot == 1  # let go of: in use again
-        assert got.base is envs._obs_roots[1] and got.flags.writeable
+        assert id(got.base) in roots and got.flags.writeable  # let go of: in use again
     finally:
         envs.close()
         oracle.close()
@@ -72,7 +76,7 @@ def test_a_held_batch_outlives_close() -> None:
     oracle.reset(seed=3)
     actions = envs.action_space.sample()
     got = envs.step(actions)[0]
-    assert envs._obs_slot != 0
+    assert got.base is not None  # a view of a slot, not a copy
     envs.close()  # the segment is unlinked; the mapping lives on with the caller's view
     assert_same(got, oracle.step(actions)[0], "after close")
     oracle.close()
@@ -87,7 +91,7 @@ def test_slots_match_sync_with_partial_resets(mode: AutoresetMode) -> None:
     envs = SubprocVectorEnv(fns, num_workers=2, autoreset_mode=mode)
     oracle = SyncVectorEnv(fns, autoreset_mode=mode)
     try:
-        assert envs._obs_slots is not None
+        assert envs.block_plan.obs_slots == OBS_SLOTS
         assert_same(envs.reset(seed=4), oracle.reset(seed=4), "reset")
         envs.action_space.seed(2)
         previous = None
@@ -112,14 +116,14 @@ def test_no_slots_for_copy_false_or_small_batches() -> None:
     try:
         envs.reset(seed=0)
         first = envs.step(envs.action_space.sample())[0]
-        assert envs._obs_slots is None
+        assert envs.block_plan.obs_slots == 0
         assert first is envs.step(envs.action_space.sample())[0]  # the block's own view
     finally:
         del first
         envs.close()
     small = SubprocVectorEnv([lambda: ZooEnv()] * 4, num_workers=2)
     try:
-        assert small._obs_slots is None
+        assert small.block_plan.obs_slots == 0
     finally:
         small.close()
 
@@ -132,13 +136,13 @@ def test_no_slots_when_dev_shm_has_no_room_for_them(monkeypatch: pytest.MonkeyPa
         sizes.append(size)
         return False
 
-    monkeypatch.setattr(subvec.vector, "has_free_space", no_room)
+    monkeypatch.setattr(subvec._block, "has_free_space", no_room)
     envs = SubprocVectorEnv([_image_env] * 4, num_workers=2)
     try:
-        assert sizes and envs._obs_slots is None
-        block = envs._pool.resources.block
-        assert block is not None and not any("slot" in name for name in block.views)
-        assert block.layout.size < sizes[0]
+        layout = envs.block_plan.layout
+        assert sizes and envs.block_plan.obs_slots == 0
+        assert not any("slot" in region.name for region in layout.regions)
+        assert layout.size < sizes[0]
         envs.reset(seed=0)
         first = envs.step(envs.action_space.sample())[0]
         assert first.base is None  # a copy of the block's batch

@@ -74,7 +74,10 @@ def child_vector(
                 raise SystemExit(f"split {split} does not fit {num_envs} envs / {num_workers}")
             return bounds
 
-        subvec.vector._split = forced  # type: ignore[attr-defined]
+        if hasattr(subvec, "_plan"):  # planning is its own module
+            subvec._plan.split = forced
+        else:
+            subvec.vector._split = forced  # type: ignore[attr-defined]
 
     envs = subvec.SubprocVectorEnv([factory(workload)] * n, **kwargs)
     try:

@@ -1,0 +1,107 @@
+"""The face every backend shows the front: units of envs that take commands and answer.
+
+The front (``subvec._front``) knows the gymnasium contract; a backend knows how envs run. A
+*unit* is the backend's unit of scheduling: a worker process and its consecutive envs
+``lo..hi-1``, or the parent's own envs (``parent_envs``); a Ray actor later. The front speaks
+to every backend the same way:
+
+- ``send(command, payload | per_unit, units)``: start a command on a set of units (all by
+  default); payloads are the protocol's records (``_protocol``), as Python objects: the
+  backend decides how they travel (pickled over a pipe, kept in-process, a Ray call);
+- ``collect(timeout, what, units, stop_at_death)``: wait for those units' answers, and return
+  each unit's :data:`Outcome` and the :class:`Failure` of each unit that died or did not
+  answer in time; ``None`` when every unit answered a plain OK (everything is in the batch
+  arrays already: the usual step);
+- ``restart(unit, timeout)``: a fresh unit for the same envs, built but not reset;
+- ``close(timeout, terminate)``: stop every unit within a bound and release everything.
+
+An *inline* backend does its work inside ``collect`` (the parent's own envs): the front
+collects inline backends first, so they run while the others' units are busy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from subvec._protocol import Command, Status
+from subvec.errors import WorkerDiedError, WorkerTimeoutError
+
+__all__ = ["PLAIN", "Backend", "Collected", "Failure", "Outcome", "Unit"]
+
+#: A unit's answer: ``(Status.OK, None)``, ``(Status.OK_PAYLOAD, the decoded payload)`` or
+#: ``(Status.ERROR, the env's exception, rebuilt with its type, env index and traceback)``.
+Outcome = tuple[Status, Any]
+PLAIN: Outcome = (Status.OK, None)
+
+
+class Unit(Protocol):
+    """A set of consecutive envs that is scheduled as one."""
+
+    index: int
+    lo: int  # first global env index
+    hi: int  # one past the last
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass
+class Failure:
+    """A unit that died or did not answer in time."""
+
+    unit: Unit
+    kind: str  # "died" | "hung"
+    message: str
+    exitcode: int | None = None
+
+    def to_error(self, timeout: float = 0.0) -> WorkerDiedError | WorkerTimeoutError:
+        envs = list(range(self.unit.lo, self.unit.hi))
+        if self.kind == "hung":
+            return WorkerTimeoutError(self.message, env_indices=envs, timeout=timeout)
+        return WorkerDiedError(
+            self.message, env_indices=envs, pid=self.unit.pid, exitcode=self.exitcode
+        )
+
+
+@dataclass
+class Collected:
+    """What a ``collect`` saw: outcomes by unit index, and failures."""
+
+    outcomes: dict[int, Outcome]
+    failures: list[Failure]
+
+
+class Backend(Protocol):
+    """Runs units of envs for the front; see the module docstring."""
+
+    #: True when the backend does its work inside ``collect`` (the parent's own envs)
+    inline: bool
+
+    @property
+    def units(self) -> Sequence[Unit]: ...
+
+    def send(
+        self,
+        command: Command,
+        payload: Any = None,
+        *,
+        per_unit: Callable[[Any], Any] | None = None,
+        units: Sequence[Any] | None = None,
+    ) -> None: ...
+
+    def collect(
+        self,
+        timeout: float | None,
+        what: str,
+        *,
+        units: Sequence[Any] | None = None,
+        stop_at_death: bool = False,
+    ) -> Collected | None: ...
+
+    def restart(self, unit: Any, timeout: float | None) -> Unit: ...
+
+    def close(self, timeout: float, terminate: bool) -> BaseException | None: ...

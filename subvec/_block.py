@@ -1,0 +1,305 @@
+"""The shared block's schema: which regions it holds, and how each side binds its rows.
+
+This module is the one owner of the block's layout. The parent plans it (:func:`plan_block`)
+and binds the whole batch (:class:`BatchViews`); a worker, and the parent for its own envs
+(``parent_envs``), bind rows ``lo..hi`` with the same function (:func:`bind_rows`), so the two
+sides cannot disagree on a region's name, shape or meaning.
+
+Regions (``n`` envs; leaves of a Dict/Tuple space are numbered in ``_spaces.leaf_specs`` order):
+
+    rewards (n,) float64, terminations (n,) bool, truncations (n,) bool
+    act<k> (n, *leaf shape)            actions, when the action space is shareable
+    obs<k> (n, *leaf shape)            observations, when shareable and shared_memory=True
+    final_obs (n, *shape)              SAME_STEP, one leaf: ended envs' final observations
+    obs0_slot1..obs0_slotS, obs_slot   extra observation batches and the cell naming the one
+                                       each command writes (see :class:`ObsSlots`)
+    info_values, info_flags, info_schema   steady scalar infos (see ``_infos``)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from sys import getrefcount
+from typing import Any
+
+import numpy as np
+from gymnasium import Space
+
+from subvec import _spaces
+from subvec._core import SlabArrays, final_obs_store
+from subvec._infos import InfoBlockReader, info_block_regions
+from subvec._protocol import AttachSpec
+from subvec._shm import BlockLayout, has_free_space
+
+__all__ = [
+    "OBS_SLOTS",
+    "OBS_SLOT_MAX_BYTES",
+    "OBS_SLOT_MIN_BYTES",
+    "BatchViews",
+    "BlockPlan",
+    "ObsSlots",
+    "bind_rows",
+    "plan_block",
+    "slot_writers",
+]
+
+#: Observation batches of at least this many bytes are handed to the caller in slots of the
+#: block instead of copied out (see :class:`ObsSlots`); smaller ones cost less to copy.
+OBS_SLOT_MIN_BYTES = 16 * 1024
+#: How many batches the caller may hold at once before the next one is copied out again...
+OBS_SLOTS = 3
+#: ...within this many bytes of block for them (/dev/shm is often small in containers).
+OBS_SLOT_MAX_BYTES = 64 * 2**20
+
+REWARDS, TERMINATIONS, TRUNCATIONS = "rewards", "terminations", "truncations"
+FINAL_OBS = "final_obs"
+OBS_SLOT_CELL = "obs_slot"
+
+#: (name, dtype, shape) of an array in the shared block
+Region = tuple[str, np.dtype[Any], tuple[int, ...]]
+
+
+def _act(k: int) -> str:
+    return f"act{k}"
+
+
+def _obs(k: int) -> str:
+    return f"obs{k}"
+
+
+def _slot(s: int) -> str:
+    # slot 0 is the block's own observation batch
+    return _obs(0) if s == 0 else f"obs0_slot{s}"
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """What the block holds, decided once at construction.
+
+    Attributes:
+        layout: the regions and their offsets.
+        obs_shared: observations are in the block (else they travel by value).
+        act_shared: actions are in the block (else they travel by value).
+        final_obs: SAME_STEP final observations stay in the block.
+        obs_slots: extra observation batches (0: the batch is copied out).
+        info_block: steady scalar infos stay in the block.
+    """
+
+    layout: BlockLayout
+    obs_shared: bool
+    act_shared: bool
+    final_obs: bool
+    obs_slots: int
+    info_block: bool
+
+    def attach_spec(
+        self,
+        block_name: str,
+        num_envs: int,
+        observation_space: Space[Any],
+        action_space: Space[Any],
+        *,
+        spin_us: tuple[float, ...] = (),
+        info_columns: bool = False,
+    ) -> AttachSpec:
+        """The ATTACH payload that binds a worker (or the parent's own envs) to this block."""
+        return AttachSpec(
+            block_name=block_name,
+            layout=self.layout,
+            num_envs=num_envs,
+            observation_space=observation_space if self.obs_shared else None,
+            action_space=action_space if self.act_shared else None,
+            spin_us=spin_us,
+            info_columns=info_columns,
+            final_obs=self.final_obs,
+            info_block=self.info_block,
+            obs_slots=self.obs_slots,
+        )
+
+
+def _slot_regions(num_envs: int, leaves: list[_spaces.LeafSpec]) -> list[Region]:
+    """The observation slots' regions, or none where copying out is as cheap."""
+    if len(leaves) != 1 or leaves[0].path:
+        return []
+    leaf = leaves[0]
+    shape = (num_envs, *leaf.shape)
+    nbytes = leaf.dtype.itemsize * int(np.prod(shape))
+    if nbytes < OBS_SLOT_MIN_BYTES or nbytes * OBS_SLOTS > OBS_SLOT_MAX_BYTES:
+        return []
+    regions = [(_slot(s), leaf.dtype, shape) for s in range(1, OBS_SLOTS + 1)]
+    return [*regions, (OBS_SLOT_CELL, np.dtype(np.int32), (1,))]
+
+
+def plan_block(
+    num_envs: int,
+    num_workers: int,
+    observation_space: Space[Any],
+    action_space: Space[Any],
+    *,
+    shared_memory: bool,
+    same_step: bool,
+    slots: bool,
+    info_block: bool,
+) -> BlockPlan:
+    """Plan the block for ``num_envs`` envs.
+
+    Args:
+        num_envs: envs in the vector env (every per-env region has this many rows).
+        num_workers: worker processes (the info block has a flag and a schema per worker).
+        observation_space: the single observation space.
+        action_space: the single action space.
+        shared_memory: observations in the block when their space allows it.
+        same_step: SAME_STEP autoreset (final observations may stay in the block).
+        slots: observation slots are wanted (``copy=True``, no envs in the parent).
+        info_block: steady scalar infos in the block (needs at least one worker).
+
+    Returns:
+        The plan; the slots are left out when /dev/shm has no room for them.
+    """
+    obs_shared = shared_memory and _spaces.is_shareable(observation_space)
+    act_shared = _spaces.is_shareable(action_space)
+    n = num_envs
+    arrays: list[Region] = [
+        (REWARDS, np.dtype(np.float64), (n,)),
+        (TERMINATIONS, np.dtype(np.bool_), (n,)),
+        (TRUNCATIONS, np.dtype(np.bool_), (n,)),
+    ]
+    if act_shared:
+        for k, leaf in enumerate(_spaces.leaf_specs(action_space)):
+            arrays.append((_act(k), leaf.dtype, (n, *leaf.shape)))
+    leaves = _spaces.leaf_specs(observation_space) if obs_shared else []
+    for k, leaf in enumerate(leaves):
+        arrays.append((_obs(k), leaf.dtype, (n, *leaf.shape)))
+    #: ended envs leave their final observation in the block, and those whose final info is
+    #: empty send nothing (see _core.FinalObsInBlock)
+    final_obs = same_step and len(leaves) == 1 and not leaves[0].path
+    if final_obs:
+        arrays.append((FINAL_OBS, leaves[0].dtype, (n, *leaves[0].shape)))
+    slot_regions = _slot_regions(n, leaves) if slots else []
+    arrays += slot_regions
+    info_block = info_block and num_workers > 0
+    if info_block:
+        arrays += info_block_regions(n, num_workers)
+    layout = BlockLayout.plan(arrays)
+    if slot_regions and not has_free_space(layout.size):  # the slots are only a speed-up
+        layout = BlockLayout.plan([a for a in arrays if a not in slot_regions])
+        slot_regions = []
+    return BlockPlan(
+        layout=layout,
+        obs_shared=obs_shared,
+        act_shared=act_shared,
+        final_obs=final_obs,
+        obs_slots=len(slot_regions) - 1 if slot_regions else 0,
+        info_block=info_block,
+    )
+
+
+def _leaf_views(
+    views: dict[str, np.ndarray], name: Callable[[int], str], space: Space[Any], lo: int, hi: int
+) -> Any:
+    leaves = [views[name(k)][lo:hi] for k in range(len(_spaces.leaf_specs(space)))]
+    return _spaces.build_views(space, iter(leaves))
+
+
+def bind_rows(views: dict[str, np.ndarray], spec: AttachSpec, lo: int, hi: int) -> SlabArrays:
+    """The rows ``lo..hi`` of the block, as the arrays an ``EnvSlab`` steps into.
+
+    Both sides use this: a worker for its envs, the parent for its own (``parent_envs``)."""
+    write_obs = read_action = None
+    if spec.observation_space is not None:
+        rows = _leaf_views(views, _obs, spec.observation_space, lo, hi)
+        write_obs = _spaces.row_writer(spec.observation_space, rows, env_offset=lo)
+    if spec.action_space is not None:
+        rows = _leaf_views(views, _act, spec.action_space, lo, hi)
+        read_action = _spaces.row_reader(spec.action_space, rows)
+    return SlabArrays(
+        rewards=views[REWARDS][lo:hi],
+        terminations=views[TERMINATIONS][lo:hi],
+        truncations=views[TRUNCATIONS][lo:hi],
+        write_obs=write_obs,
+        read_action=read_action,
+        store_final_obs=final_obs_store(views[FINAL_OBS][lo:hi]) if spec.final_obs else None,
+    )
+
+
+def slot_writers(
+    views: dict[str, np.ndarray], spec: AttachSpec, lo: int, hi: int
+) -> tuple[list[Callable[[Any, int], None]], memoryview | None]:
+    """With observation slots: one row writer per slot (slot 0 first) for rows ``lo..hi``, and
+    the cell that names the slot each command writes. Without: ``([], None)``."""
+    if not spec.obs_slots:
+        return [], None
+    space = spec.observation_space
+    writers = [
+        _spaces.row_writer(space, views[_slot(s)][lo:hi], env_offset=lo)
+        for s in range(spec.obs_slots + 1)
+    ]
+    return writers, memoryview(views[OBS_SLOT_CELL])  # type: ignore[arg-type]
+
+
+class ObsSlots:
+    """The parent's side of the observation slots: which batch the next command writes.
+
+    ``step`` hands the caller a view of slot 1..S instead of a copy of the block (a Pong batch
+    of 8 envs: ~20 us of copying, on the CPU the partner steps on). Every view of a slot, and
+    whatever keeps one alive (a torch tensor from ``from_numpy``, a slice), holds a reference
+    to the slot's root array, so the root's refcount says whether the caller still holds
+    anything of it. Only a slot back at its free count is written again. If the caller holds
+    them all, the workers write slot 0 and the batch is copied out, as without slots.
+    """
+
+    def __init__(self, views: dict[str, np.ndarray], slots: int) -> None:
+        #: the batches, slot 0 (the one copied out) first
+        self.batches = [views[_slot(s)] for s in range(slots + 1)]
+        #: the arrays their views hang from
+        self.roots = [view.base for view in self.batches]
+        self.cell = memoryview(views[OBS_SLOT_CELL])  # type: ignore[arg-type]
+        self.free = getrefcount(self.roots[1])  # held by nobody but us
+
+    def pick(self) -> int:
+        """Name the first slot the caller holds nothing of in the cell, and return it."""
+        roots, free = self.roots, self.free
+        for slot in range(1, len(roots)):
+            if getrefcount(roots[slot]) == free:
+                break
+        else:
+            slot = 0
+        self.cell[0] = slot
+        return slot
+
+
+@dataclass
+class BatchViews:
+    """The parent's views of the whole batch in the block."""
+
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    #: ``store(actions)``: validate a batch of actions and write it (None: by value)
+    store_actions: Callable[[Any], None] | None
+    #: the observation batch (a nest for Dict/Tuple), or None when observations travel by value
+    observations: Any
+    final_obs_rows: np.ndarray | None
+    info_block: InfoBlockReader | None
+    obs_slots: ObsSlots | None
+
+    @classmethod
+    def bind(cls, views: dict[str, np.ndarray], plan: BlockPlan, spec: AttachSpec) -> BatchViews:
+        n = spec.num_envs
+        store = observations = None
+        if spec.action_space is not None:
+            batch = _leaf_views(views, _act, spec.action_space, 0, n)
+            store = _spaces.batch_setter(spec.action_space, batch, n)
+        if spec.observation_space is not None:
+            observations = _leaf_views(views, _obs, spec.observation_space, 0, n)
+        return cls(
+            rewards=views[REWARDS],
+            terminations=views[TERMINATIONS],
+            truncations=views[TRUNCATIONS],
+            store_actions=store,
+            observations=observations,
+            final_obs_rows=views[FINAL_OBS] if plan.final_obs else None,
+            info_block=InfoBlockReader(views, n) if plan.info_block else None,
+            obs_slots=ObsSlots(views, plan.obs_slots) if plan.obs_slots else None,
+        )

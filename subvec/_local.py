@@ -1,0 +1,155 @@
+"""The parent's own envs (``parent_envs``): a backend with one unit that runs in-process.
+
+The vector env steps its last ``parent_envs`` envs itself, in the parent, while the workers
+step theirs: ``send`` only records the command, and ``collect`` (which the front calls before
+waiting for the workers) runs it. Those envs share the block's rows as a worker's do (one
+binding, ``_block.bind_rows``), and an env's exception becomes the same ``EnvError`` a
+worker's would (type kept, env index, this pid, traceback as cause).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gymnasium import Env
+from gymnasium.vector.vector_env import AutoresetMode
+
+from subvec import _protocol as proto
+from subvec._backend import PLAIN, Collected, Outcome, Unit
+from subvec._block import bind_rows
+from subvec._core import EnvSlab, SlabResult
+from subvec._protocol import AttachSpec, Command, ErrorRecord, Status
+
+__all__ = ["LocalShare"]
+
+
+class LocalShare:
+    """The parent's envs ``lo..hi-1`` as a backend of one unit (itself)."""
+
+    inline = True
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Env[Any, Any]]],
+        lo: int,
+        index: int,
+        autoreset_mode: AutoresetMode,
+    ) -> None:
+        """Build the envs (in the parent, while the workers build theirs).
+
+        Raises:
+            EnvError: an env factory raised (its type kept, naming the env).
+        """
+        self.index = index
+        self.lo, self.hi = lo, lo + len(env_fns)
+        envs: list[Env[Any, Any]] = []
+        try:
+            for fn in env_fns:
+                envs.append(fn())
+        except Exception as exc:
+            for env in envs:
+                env.close()
+            record = ErrorRecord.capture(exc, lo + len(envs), "make")
+            raise proto.rebuild_remote_error(record, os.getpid()) from None
+        self.slab = EnvSlab(envs, lo, autoreset_mode)
+        self._pending: Callable[[], Any] | None = None
+        self._command = Command.STEP
+
+    # --- the unit --------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return os.getpid()
+
+    def describe(self) -> str:
+        span = f"env {self.lo}" if self.hi - self.lo == 1 else f"envs {self.lo}..{self.hi - 1}"
+        return f"the parent's own {span}"
+
+    @property
+    def envs(self) -> list[Env[Any, Any]]:
+        return self.slab.envs
+
+    @property
+    def units(self) -> Sequence[Unit]:
+        return (self,)
+
+    # --- the backend -----------------------------------------------------------------------
+
+    def bind(self, views: dict[str, Any], spec: AttachSpec) -> None:
+        """Give the envs their rows of the block, as a worker's are given."""
+        self.slab.bind(bind_rows(views, spec, self.lo, self.hi))
+
+    def send(
+        self,
+        command: Command,
+        payload: Any = None,
+        *,
+        per_unit: Callable[[Any], Any] | None = None,
+        units: Sequence[Any] | None = None,
+    ) -> None:
+        """Record ``command``; :meth:`collect` runs it."""
+        if units is not None and self not in units:
+            return
+        if per_unit is not None:
+            payload = per_unit(self)
+        slab = self.slab
+        self._command = command
+        if command is Command.STEP:
+            self._pending = lambda: slab.step(payload)
+        elif command is Command.RESET:
+            self._pending = lambda: slab.reset(payload.seeds, payload.options, payload.mask)
+        elif command is Command.CALL:
+            self._pending = lambda: slab.call(payload.name, payload.args, payload.kwargs)
+        elif command is Command.SET_ATTR:
+            self._pending = lambda: slab.set_attr(payload.name, payload.values)
+        else:
+            raise ValueError(f"the parent's own envs take no {command.name} command")
+
+    def collect(
+        self,
+        timeout: float | None,
+        what: str,
+        *,
+        units: Sequence[Any] | None = None,
+        stop_at_death: bool = False,
+    ) -> Collected | None:
+        """Run the recorded command; None when it left nothing to say (a plain OK)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        outcome = self._run(pending)
+        if outcome is PLAIN:
+            return None
+        return Collected({self.index: outcome}, [])
+
+    def _run(self, pending: Callable[[], Any]) -> Outcome:
+        try:
+            result = pending()
+        except Exception as exc:
+            record = ErrorRecord.capture(exc, self.slab.current_env, self._command.name.lower())
+            return Status.ERROR, proto.rebuild_remote_error(record, os.getpid())
+        if isinstance(result, SlabResult):
+            if result.is_empty():
+                return PLAIN
+            return Status.OK_PAYLOAD, (result.infos, result.obs)
+        if result is None:  # set_attr
+            return PLAIN
+        return Status.OK_PAYLOAD, result
+
+    def restart(self, unit: Any, timeout: float | None) -> Unit:
+        raise RuntimeError("the parent's own envs cannot be restarted")
+
+    def close(self, timeout: float, terminate: bool) -> BaseException | None:
+        """Close the envs; return the first error an env's close() raised, naming it."""
+        self._pending = None
+        slab = self.slab
+        # Unbind its rows of the block: a traceback may keep the slab alive after close.
+        slab.arrays = None
+        try:
+            slab.close()
+        except Exception as exc:
+            record = ErrorRecord.capture(exc, slab.current_env, "close")
+            return proto.rebuild_remote_error(record, os.getpid())
+        return None

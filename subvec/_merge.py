@@ -1,0 +1,145 @@
+"""One info merger per ``info_format``, chosen when the vector env is built.
+
+A merger turns the infos of one call into what the caller sees, exactly as SyncVectorEnv (or
+gymnasium 0.29, for ``"legacy"``) would have built them. Its input is the call's *parts*:
+``(first env index, (infos, observations) or None)`` per unit that said something, in env
+order, where ``infos`` are a unit's events ``(local env, info)`` or its :class:`InfoColumns`;
+and the envs a worker restart cut short, which report ``worker_restarted``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from subvec._infos import InfoColumns, as_events, merge_columns, merge_scalar_events
+
+__all__ = ["GymnasiumInfos", "InfoMerger", "LegacyInfos", "ListInfos", "Part", "make_merger"]
+
+#: (first env index of a unit, (infos, by-value observations) or None)
+Part = tuple[int, Any]
+#: gymnasium's ``VectorEnv._add_info``, bound to a vector env
+AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
+
+
+class InfoMerger:
+    """Merge the parts of a call into the infos the caller gets."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+    def merge(self, parts: Sequence[Part], restarted: Sequence[int]) -> Any:
+        """The infos of one call.
+
+        Args:
+            parts: the units' parts, in env order.
+            restarted: the envs a worker restart ended, in order.
+
+        Returns:
+            The infos in this merger's format.
+        """
+        raise NotImplementedError
+
+
+class GymnasiumInfos(InfoMerger):
+    """gymnasium 1.x: one dict, each key an array over the envs with its ``_key`` mask."""
+
+    def __init__(self, num_envs: int, add_info: AddInfo) -> None:
+        super().__init__(num_envs)
+        self._add_info = add_info
+
+    def merge(self, parts: Sequence[Part], restarted: Sequence[int]) -> dict[str, Any]:
+        if not parts and not restarted:
+            return {}  # the usual cheap-env step: no env said anything
+        sent = [(lo, data[0]) for lo, data in parts if data is not None]
+        if not restarted and all(type(infos) is InfoColumns for _, infos in sent):
+            merged = merge_columns(sent, self.num_envs)  # the workers' scalar infos
+            if merged is not None:
+                return merged
+        events = [(lo + local, info) for lo, infos in sent for local, info in as_events(infos)]
+        events += [(i, {"worker_restarted": True}) for i in restarted]
+        scalar = merge_scalar_events(events, self.num_envs)
+        if scalar is not None:
+            return scalar
+        infos: dict[str, Any] = {}
+        for env_index, info in events:
+            infos = self._add_info(infos, info, env_index)
+        return infos
+
+
+class ListInfos(InfoMerger):
+    """One dict per env (what Stable-Baselines3 expects)."""
+
+    def merge(self, parts: Sequence[Part], restarted: Sequence[int]) -> list[dict[str, Any]]:
+        per_env: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        for lo, data in parts:
+            for local, info in as_events(data[0]) if data is not None else ():
+                per_env[lo + local].update(info)
+        for i in restarted:
+            per_env[i]["worker_restarted"] = True
+        return per_env
+
+
+class LegacyInfos(InfoMerger):
+    """gymnasium 0.29: ``final_observation``/``final_info`` object arrays, no recursion."""
+
+    def merge(self, parts: Sequence[Part], restarted: Sequence[int]) -> dict[str, Any]:
+        infos: dict[str, Any] = {}
+        if not parts and not restarted:
+            return infos
+        for lo, data in parts:
+            if data is not None:
+                for env_index, info in _legacy_events(as_events(data[0]), lo):
+                    infos = _add_info_legacy(infos, info, env_index, self.num_envs)
+        for i in restarted:
+            infos = _add_info_legacy(infos, {"worker_restarted": True}, i, self.num_envs)
+        return infos
+
+
+def make_merger(info_format: str, num_envs: int, add_info: AddInfo) -> InfoMerger:
+    """The merger for ``info_format`` ("gymnasium", "list" or "legacy")."""
+    if info_format == "list":
+        return ListInfos(num_envs)
+    if info_format == "legacy":
+        return LegacyInfos(num_envs)
+    return GymnasiumInfos(num_envs, add_info)
+
+
+def _legacy_events(
+    events: Sequence[tuple[int, dict[str, Any]]], lo: int
+) -> list[tuple[int, dict[str, Any]]]:
+    """Fold same-step events of one env into the gymnasium 0.29 shape: the reset info plus
+    ``final_observation`` and ``final_info`` of the episode that just ended."""
+    folded: dict[int, dict[str, Any]] = {}
+    for local, info in events:
+        entry = folded.setdefault(local, {})
+        if "final_obs" in info and "final_info" in info and "_final" not in entry:
+            entry["_final"] = (info["final_obs"], info["final_info"])
+        else:
+            entry.update(info)
+    out = []
+    for local, entry in folded.items():
+        final = entry.pop("_final", None)
+        if final is not None:
+            entry["final_observation"], entry["final_info"] = final
+        out.append((lo + local, entry))
+    return out
+
+
+def _add_info_legacy(
+    infos: dict[str, Any], info: dict[str, Any], env_index: int, num_envs: int
+) -> dict[str, Any]:
+    """gymnasium 0.29's info layout: numbers in typed arrays, anything else (dicts, arrays,
+    observations) in object arrays, each key with a boolean ``_key`` mask; no recursion."""
+    for key, value in info.items():
+        if key not in infos:
+            if type(value) in (int, float, bool) or isinstance(value, np.number):
+                infos[key] = np.zeros(num_envs, dtype=type(value))
+            else:
+                infos[key] = np.full(num_envs, None, dtype=object)
+            infos[f"_{key}"] = np.zeros(num_envs, dtype=np.bool_)
+        infos[key][env_index] = value
+        infos[f"_{key}"][env_index] = True
+    return infos
