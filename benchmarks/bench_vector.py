@@ -1,7 +1,7 @@
 """Vector-env throughput against the peers and against the physical limit.
 
     python benchmarks/bench_vector.py --quick              # seconds: a smoke run
-    python benchmarks/bench_vector.py                      # the full sweep (about 25 minutes)
+    python benchmarks/bench_vector.py                      # the full sweep (about 35 minutes)
     python benchmarks/bench_vector.py --plan onecore --cpus 0   # one core free
     python benchmarks/bench_vector.py --report benchmarks/results/full.jsonl   # tables + plots
 
