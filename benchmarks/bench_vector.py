@@ -1,9 +1,9 @@
 """Vector-env throughput against the peers and against the physical limit.
 
     python benchmarks/bench_vector.py --quick              # seconds: a smoke run
-    python benchmarks/bench_vector.py                      # the full sweep (about 25 minutes)
+    python benchmarks/bench_vector.py                      # the full sweep (about 35 minutes)
     python benchmarks/bench_vector.py --plan onecore --cpus 0   # one core free
-    python benchmarks/bench_vector.py --report benchmarks/results/sweep.jsonl   # tables + plots
+    python benchmarks/bench_vector.py --report benchmarks/results/full.jsonl   # tables + plots
 
 How it measures (so that numbers from different implementations can be compared):
 
@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @dataclass
 class Args:
     plan: str = "full"
-    """which sweep: full, targets (the issue's target configurations), onecore, quick"""
+    """which sweep: full, targets (the project's target configurations), onecore, quick"""
     quick: bool = False
     """shorthand for --plan quick: a few configurations, a fraction of a second each"""
     workloads: str = ""
@@ -991,7 +991,7 @@ def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
     return format(value * scale, spec)
 
 
-#: issue 6's targets for subvec's defaults: (workload, num_envs, min share of the limit,
+#: the project's targets for subvec's defaults: (workload, num_envs, min share of the limit,
 #: min ratio to AsyncVectorEnv)
 TARGETS = [
     ("cartpole", 16, 0.70, 10.0),
@@ -1002,7 +1002,7 @@ TARGETS = [
 
 
 def targets(facts: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
-    """Markdown lines: each target of issue 6 that these rows can judge, met or missed."""
+    """Markdown lines: each target that these rows can judge, met or missed."""
     by_key = {(r["workload"], r["impl"], r["num_envs"]): r for r in rows}
     out = []
     one_core = facts.get("usable_cpus") == 1
@@ -1054,7 +1054,7 @@ def markdown(facts: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         )
     goals = targets(facts, rows)
     if goals:
-        out.append("### Targets (issue 6)\n")
+        out.append("### Targets\n")
         out.extend(goals)
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     for workload in workloads:

@@ -13,9 +13,9 @@ Workloads: ``cartpole``, ``cartpole_monitor`` (in SB3's ``Monitor``), ``busy<N>`
 (bench_vector.py's BusyEnv with N us of work a step), ``pong``, ``halfcheetah``. Extra
 constructor arguments: ``--kwargs "{'spin_us': 0}"``.
 
-A checkout may force how the envs are split between the workers (third round: is an uneven
-split better when worker 0 shares its CPU with the parent?): ``label=path:6,10`` gives worker 0
-envs 0..5 and worker 1 envs 6..15, whatever ``_split`` would choose.
+A checkout may force how the envs are split between the workers (is an uneven split better
+when worker 0 shares its CPU with the parent? docs/decisions/0007): ``label=path:6,10`` gives
+worker 0 envs 0..5 and worker 1 envs 6..15, whatever ``_split`` would choose.
 
     python benchmarks/experiments/ab_checkouts.py --num-envs 16 even=. w0_6=.:6,10 w0_4=.:4,12
 """
@@ -43,7 +43,7 @@ def factory(workload: str) -> Any:
 
     if workload == "cartpole":
         return functools.partial(bv._make_gym, "CartPole-v1", None)
-    if workload == "cartpole_monitor":  # as SB3's make_vec_env builds it (sixth round)
+    if workload == "cartpole_monitor":  # as SB3's make_vec_env builds it
         return functools.partial(monitored, functools.partial(bv._make_gym, "CartPole-v1", None))
     if workload == "pong":
         return functools.partial(bv._make_gym, "ALE/Pong-v5", "ale_py")

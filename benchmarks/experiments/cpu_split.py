@@ -1,5 +1,5 @@
 """Where a step's CPU time goes, per process: the parent and each worker, in microseconds of CPU
-per vector step, next to the wall time per step (third round).
+per vector step, next to the wall time per step.
 
 On a machine where the CPUs are the bottleneck, the CPU that carries the most per step sets the
 pace. With the partner layout (worker 0 shares the parent's CPU), that CPU runs the parent's

@@ -8,8 +8,8 @@ next to the same work done alone: does switching slow the work itself down?
     python benchmarks/experiments/handoff.py            # both placements, no work
     python benchmarks/experiments/handoff.py --work 8   # 8 CartPole steps per turn
 
-Second round of docs/benchmarks.md: on the 2-vCPU VM a cross-CPU round trip cost 51-57 us
-and a same-CPU one 6-8.5 us, and the work inside the turn was not slower.
+On the project's 2-vCPU VM a cross-CPU round trip costs 51-57 us and a same-CPU one 6-8.5 us,
+and the work inside the turn is not slower (docs/benchmarks.md, Method; docs/decisions/0004).
 """
 
 from __future__ import annotations

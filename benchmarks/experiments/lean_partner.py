@@ -1,4 +1,4 @@
-"""How far could an isolated design go on CartPole x 16 with 2 CPUs? (third round)
+"""How far could an isolated design go on CartPole x 16 with 2 CPUs?
 
 A bare-bones model of subvec's partner layout with almost no Python around the hand-offs: two
 forked worker processes of 8 envs each, actions/observations/rewards/flags in one anonymous

@@ -1,4 +1,4 @@
-"""A rollout with a policy in the loop (third round): a torch MLP picks every action, as in
+"""A rollout with a policy in the loop: a torch MLP picks every action, as in
 CleanRL's PPO, instead of the suite's pre-sampled actions; torch with 1 intra-op thread and
 with its default (one per CPU).
 

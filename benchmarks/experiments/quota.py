@@ -1,4 +1,4 @@
-"""subvec inside a cgroup with a CPU bandwidth limit (third round): throughput, throttling and
+"""subvec inside a cgroup with a CPU bandwidth limit: throughput, throttling and
 the slowest steps, next to SyncVectorEnv, for one or more checkouts of subvec.
 
 A limit such as ``docker --cpus=1`` caps CPU time, not CPUs: ``sched_getaffinity`` still lists
@@ -6,7 +6,7 @@ every CPU. Run this script from a shell inside such a cgroup; as root on cgroup 
 
     mkdir /sys/fs/cgroup/cpu/q1 && echo 100000 > /sys/fs/cgroup/cpu/q1/cpu.cfs_quota_us
     echo $$ > /sys/fs/cgroup/cpu/q1/tasks
-    git worktree add /tmp/before <commit before the quota was counted>
+    git worktree add /tmp/before e517ff2~1   # before the quota was counted
     python benchmarks/experiments/quota.py --stat /sys/fs/cgroup/cpu/q1/cpu.stat \\
         before=/tmp/before now=.
 

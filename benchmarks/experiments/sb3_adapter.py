@@ -1,10 +1,10 @@
 """The Stable-Baselines3 face against SB3's own vector envs and subvec's gymnasium face, on
-CartPole (fourth round). SB3 steps with ``step_async``/``step_wait`` and wants SAME_STEP
+CartPole, Pong or HalfCheetah. SB3 steps with ``step_async``/``step_wait`` and wants SAME_STEP
 semantics (``terminal_observation``) with a list of info dicts, which takes subvec off its
 per-step short path; this measures what that costs.
 
     python benchmarks/experiments/sb3_adapter.py --num-envs 16 --rounds 3
-    python benchmarks/experiments/sb3_adapter.py --workload pong --num-envs 8   # fifth round
+    python benchmarks/experiments/sb3_adapter.py --workload pong --num-envs 8
 
 Each round runs every implementation for ``--seconds`` in this interpreter, in turn, with
 pre-sampled actions; medians over the rounds.
@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument(
         "--monitor",
         action="store_true",
-        help="wrap every env in SB3's Monitor, as make_vec_env does (sixth round)",
+        help="wrap every env in SB3's Monitor, as make_vec_env does",
     )
     args = parser.parse_args()
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
