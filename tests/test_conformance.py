@@ -223,8 +223,8 @@ LEGACY_FINAL_BY_VALUE = pytest.mark.xfail(
 def _marks(case: tuple[str, str, tuple[AutoresetMode, str]]) -> list[pytest.MarkDecorator]:
     name, space, (_, info_format) = case
     marks = [] if case in DEFAULT_CASES else [pytest.mark.slow]
-    entry = VECTORISERS[name]
-    in_block = callable(entry) or entry.get("shared_memory", True)
+    entry = VECTORISERS[name]  # a SubprocVectorEnv with observations in the block
+    in_block = not callable(entry) and entry.get("shared_memory", True)
     if info_format == "legacy" and space == "discrete_start" and in_block:
         marks.append(LEGACY_FINAL_BY_VALUE)
     return marks
