@@ -1,14 +1,21 @@
-"""Every test is checked for leaked child processes and shared-memory segments."""
+"""Every test is checked for leaked child processes and shared-memory segments.
+
+``vectoriser``: the conformance axis (tests/vectorisers.py); a test that takes it runs once per
+entry of VECTORISERS, or over a subset given with ``parametrize(..., indirect=["vectoriser"])``.
+"""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import psutil
 import pytest
 
 from subvec._shm import list_segments
+from tests.vectorisers import VECTORISERS, VectorFactory, check_built_as_asked, make_vector_env
 
 # Long-lived helpers that multiprocessing starts once per interpreter, not per vector env.
 _SINGLETONS = ("forkserver", "resource_tracker")
@@ -81,3 +88,21 @@ def _describe(segments: set[str]) -> list[str]:
 @pytest.fixture
 def fd_count():
     return lambda: len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture(params=list(VECTORISERS))
+def vectoriser(request: pytest.FixtureRequest) -> VectorFactory:
+    """``make(env_fns, **kwargs) -> VectorEnv`` with one entry of VECTORISERS, which also checks
+    that the entry's settings took effect."""
+    name: str = request.param
+
+    def make(env_fns: Sequence[Callable[[], Any]], **kwargs: Any) -> Any:
+        envs = make_vector_env(name, env_fns, **kwargs)
+        try:
+            check_built_as_asked(name, envs)
+        except BaseException:
+            envs.close()
+            raise
+        return envs
+
+    return make

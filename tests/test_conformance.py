@@ -1,13 +1,21 @@
 """Conformance: SubprocVectorEnv against gymnasium's SyncVectorEnv, the oracle.
 
 Same seeds must give byte-identical observations, rewards, terminations, truncations and infos
-for every autoreset mode, worker layout, start method and observation space.
+for every autoreset mode, info format, worker layout, start method and observation space.
+
+``test_matches_sync`` is the axis: every vectoriser (tests/vectorisers.py) x every space of the
+zoo x every autoreset mode with each info format it allows. The default run takes a subset
+that still has each vectoriser in every mode and each space in every mode; the rest of the
+product is marked slow (``python -m pytest -m slow``; ``-m "slow or not slow"`` runs it all).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -25,28 +33,122 @@ from tests.envs import (
     space_zoo,
 )
 from tests.helpers import assert_same
+from tests.vectorisers import SLOW_TO_START, VECTORISERS
 
 MODES = list(AutoresetMode)
 STEPS = 40
+#: The info formats each mode can return (legacy is gymnasium 0.29's, which reset in the step).
+FORMATS = {
+    AutoresetMode.NEXT_STEP: ("gymnasium", "list"),
+    AutoresetMode.SAME_STEP: ("gymnasium", "list", "legacy"),
+    AutoresetMode.DISABLED: ("gymnasium", "list"),
+}
+SPACES = list(space_zoo())
+
+
+class _Logged(gym.Wrapper[Any, Any, Any, Any]):
+    """Appends what its env's reset and step return to ``log``: the list and legacy formats'
+    oracle rebuilds each env's info from it, as gymnasium 0.29 and the list format define it."""
+
+    def __init__(self, env: gym.Env[Any, Any], log: list[tuple[str, Any, dict[str, Any]]]):
+        super().__init__(env)
+        self.log = log
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        self.log.append(("reset", obs, info))
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.log.append(("step", obs, info))
+        return obs, reward, terminated, truncated, info
+
+
+def _logged(fn: Any, log: list[Any]) -> gym.Env[Any, Any]:
+    return _Logged(fn(), log)
+
+
+def _expected_infos(logs: list[list[Any]], info_format: str) -> Any:
+    """What one reset or step must report in ``info_format``, from what each env returned.
+
+    list: one dict per env, the env's own info; an env that ended and was reset in the same
+    step reports ``final_obs`` and ``final_info`` followed by its reset info. legacy: gymnasium
+    0.29's SyncVectorEnv: the reset info plus ``final_observation`` and ``final_info``, merged
+    into arrays without recursion (numbers typed, anything else in object arrays, ``None`` for
+    the envs without the key), each key with its boolean ``_key`` mask.
+    """
+    per_env = []
+    for log in logs:
+        if len(log) == 2:  # SAME_STEP: the step that ended, then the reset
+            (_, final_obs, final_info), (_, _, info) = log
+            if info_format == "list":
+                per_env.append({"final_obs": final_obs, "final_info": final_info, **info})
+            else:
+                per_env.append({**info, "final_observation": final_obs, "final_info": final_info})
+        else:
+            per_env.append(dict(log[0][2]) if log else {})  # {}: not reset by a masked reset
+        log.clear()
+    if info_format == "list":
+        return per_env
+    num_envs = len(per_env)
+    infos: dict[str, Any] = {}
+    for i, info in enumerate(per_env):
+        for key, value in info.items():
+            if key not in infos:
+                kind = type(value)
+                if kind in (int, float, bool) or issubclass(kind, np.number):
+                    infos[key] = np.zeros(num_envs, dtype=kind)
+                else:
+                    infos[key] = np.full(num_envs, None, dtype=object)
+                infos[f"_{key}"] = np.zeros(num_envs, dtype=np.bool_)
+            infos[key][i] = value
+            infos[f"_{key}"][i] = True
+    return infos
 
 
 def run_side_by_side(
-    fns: list[Any], mode: AutoresetMode, steps: int = STEPS, **kwargs: Any
-) -> SubprocVectorEnv:
-    """Step both implementations with the same actions; assert every result is identical."""
-    oracle = SyncVectorEnv(fns, autoreset_mode=mode)
-    envs = SubprocVectorEnv(fns, autoreset_mode=mode, **kwargs)
+    fns: list[Any],
+    mode: AutoresetMode,
+    steps: int = STEPS,
+    *,
+    make: Callable[..., Any] = SubprocVectorEnv,
+    info_format: str = "gymnasium",
+    **kwargs: Any,
+) -> Any:
+    """Step both implementations with the same actions; assert every result is identical.
+
+    ``make(fns, **kwargs)`` builds the vector env under test; with ``info_format`` "list" or
+    "legacy" its infos are compared with those the oracle's envs returned, in that format.
+    """
+    assert info_format in FORMATS[mode], (info_format, mode)
+    logs: list[list[Any]] = [[] for _ in fns]
+    if info_format == "gymnasium":
+        oracle = SyncVectorEnv(fns, autoreset_mode=mode)
+    else:
+        logged = [functools.partial(_logged, fn, log) for fn, log in zip(fns, logs)]
+        oracle = SyncVectorEnv(logged, autoreset_mode=mode)
+        kwargs["info_format"] = info_format
+    if info_format != "legacy":  # legacy implies SAME_STEP: the metadata must say so
+        kwargs["autoreset_mode"] = mode
+
+    def expected(result: tuple[Any, ...]) -> tuple[Any, ...]:
+        if info_format == "gymnasium":
+            return result
+        return (*result[:-1], _expected_infos(logs, info_format))
+
+    envs = make(fns, **kwargs)
     try:
         assert envs.single_observation_space == oracle.single_observation_space
         assert envs.observation_space == oracle.observation_space
         assert envs.action_space == oracle.action_space
         assert envs.metadata == oracle.metadata
-        assert_same(envs.reset(seed=123), oracle.reset(seed=123), "reset")
+        assert_same(envs.reset(seed=123), expected(oracle.reset(seed=123)), "reset")
         envs.action_space.seed(7)
         for t in range(steps):
             actions = envs.action_space.sample()
             got = envs.step(actions)
-            want = oracle.step(actions)
+            want = expected(oracle.step(actions))
             assert_same(got, want, f"step {t}")
             if mode is AutoresetMode.DISABLED and (got[2] | got[3]).any():
                 mask = got[2] | got[3]
@@ -54,52 +156,119 @@ def run_side_by_side(
                 snapshot = dict(options)
                 got_reset = envs.reset(options=options)
                 assert options.keys() == snapshot.keys(), "caller's options were mutated"
-                assert_same(got_reset, oracle.reset(options=dict(options)), f"reset at {t}")
+                want_reset = expected(oracle.reset(options=dict(options)))
+                assert_same(got_reset, want_reset, f"reset at {t}")
         return envs
     finally:
         envs.close()
         oracle.close()
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
-@pytest.mark.parametrize("space_name", list(space_zoo()))
-def test_every_space_matches_sync(space_name: str, mode: AutoresetMode) -> None:
-    fns = [make_zoo(space_name) for _ in range(5)]
-    run_side_by_side(fns, mode, num_workers=2)
+# --- the conformance axis: vectorisers x spaces x autoreset modes and info formats ---------
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
-@pytest.mark.parametrize(
-    "layout",
-    [{"num_workers": 6}, {"envs_per_worker": 3}, {"num_workers": 4}, {"num_workers": 1}],
-    ids=["one_per_worker", "three_per_worker", "uneven", "single_worker"],
+def _flavour_id(flavour: tuple[AutoresetMode, str]) -> str:
+    mode, info_format = flavour
+    return mode.value if info_format == "gymnasium" else f"{mode.value}+{info_format}"
+
+
+def _default_cases() -> list[tuple[str, str, tuple[AutoresetMode, str]]]:
+    """The subset of the product that the default run takes (the rest is marked slow).
+
+    Every space with every mode, the vectorisers taking turns over the spaces (each then runs
+    every mode on several spaces); each vectoriser's first lap over the spaces takes a mode's
+    rarest format (legacy, or list), the second lap alternates gymnasium's own and list. The
+    vectorisers that are slow to start get one case per mode, in turn with each format.
+    """
+    cheap = [name for name in VECTORISERS if name not in SLOW_TO_START]
+    cases = []
+    for j, mode in enumerate(MODES):
+        others = [f for f in FORMATS[mode] if f != "gymnasium"]
+        for k, space in enumerate(SPACES):
+            lap, pos = divmod(k, len(cheap))
+            second = "gymnasium" if pos % 2 == 0 else others[0]
+            info_format = others[-1] if lap == 0 else second
+            cases.append((cheap[(k + 3 * j) % len(cheap)], space, (mode, info_format)))
+    slow_spaces = ["tuple_nest", "dict_nest", "text"]
+    slow_formats = ["gymnasium", "legacy", "list"]
+    for name in sorted(SLOW_TO_START):
+        for mode, space, info_format in zip(MODES, slow_spaces, slow_formats):
+            cases.append((name, space, (mode, info_format)))
+    # what the list and legacy formats' own tests checked before the axis existed
+    for info_format in ("list", "legacy"):
+        case = ("workers", "box_f32", (AutoresetMode.SAME_STEP, info_format))
+        if case not in cases:
+            cases.append(case)
+    return cases
+
+
+def _all_cases() -> list[tuple[str, str, tuple[AutoresetMode, str]]]:
+    flavours = [(mode, info_format) for mode in MODES for info_format in FORMATS[mode]]
+    return [(v, s, f) for v in VECTORISERS for s in SPACES for f in flavours]
+
+
+#: A known bug, not the test's: with SAME_STEP final observations kept in the block, an ended
+#: env whose final observation does not fit the block (a Discrete space's numpy scalar, a
+#: float64 array for a float32 Box) travels by value, yet the parent also inserts a stand-in
+#: event read from the block for it (SubprocVectorEnv._with_final_obs takes only the envs that
+#: sent FinalObsInBlock as having a final event). gymnasium's and the list format's merges
+#: let the real event overwrite the stand-in; the legacy fold keeps the stand-in's stale row as
+#: ``final_observation`` and adds ``final_obs``/``final_info`` keys.
+LEGACY_FINAL_BY_VALUE = pytest.mark.xfail(
+    reason="legacy format: by-value final observation also gets a stand-in from the block",
+    strict=True,
 )
-def test_every_layout_matches_sync(layout: dict[str, int], mode: AutoresetMode) -> None:
-    fns = [make_zoo("dict_nest") for _ in range(6)]
-    run_side_by_side(fns, mode, **layout)
+
+
+def _marks(case: tuple[str, str, tuple[AutoresetMode, str]]) -> list[pytest.MarkDecorator]:
+    name, space, (_, info_format) = case
+    marks = [] if case in DEFAULT_CASES else [pytest.mark.slow]
+    entry = VECTORISERS[name]  # a SubprocVectorEnv with observations in the block
+    in_block = not callable(entry) and entry.get("shared_memory", True)
+    if info_format == "legacy" and space == "discrete_start" and in_block:
+        marks.append(LEGACY_FINAL_BY_VALUE)
+    return marks
+
+
+DEFAULT_CASES = _default_cases()
+CASES = [
+    pytest.param(*case, id=f"{case[0]}-{case[1]}-{_flavour_id(case[2])}", marks=_marks(case))
+    for case in _all_cases()
+]
+
+
+def _zoo_fns(space_name: str, num_envs: int = 5) -> list[Any]:
+    # A closure and lambdas around it: cloudpickle must carry both under every start method.
+    factory = make_zoo(space_name)
+    return [factory if i % 2 == 0 else (lambda: factory()) for i in range(num_envs)]
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
-@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
-def test_every_start_method_matches_sync(context: str, mode: AutoresetMode) -> None:
-    # Lambdas and closures as factories: cloudpickle must carry them under every method.
-    scale = 3
-
-    def closure():
-        return make_zoo("tuple_nest", max_steps=scale + 2)()
-
-    fns = [closure, lambda: make_zoo("box_f32")()][:1] * 4
-    run_side_by_side(fns, mode, num_workers=2, context=context)
+@pytest.mark.parametrize(("vectoriser", "space_name", "flavour"), CASES, indirect=["vectoriser"])
+def test_matches_sync(
+    vectoriser: Callable[..., Any], space_name: str, flavour: tuple[AutoresetMode, str]
+) -> None:
+    mode, info_format = flavour
+    run_side_by_side(_zoo_fns(space_name), mode, make=vectoriser, info_format=info_format)
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
-def test_pipe_observations_match_sync(mode: AutoresetMode) -> None:
-    fns = [make_zoo("dict_nest") for _ in range(4)]
-    run_side_by_side(fns, mode, num_workers=2, shared_memory=False)
+def test_default_cases_cover_every_vectoriser_space_and_mode() -> None:
+    every = set(_all_cases())
+    assert set(DEFAULT_CASES) <= every and len(set(DEFAULT_CASES)) == len(DEFAULT_CASES)
+    assert len(CASES) == len(every)
+    by_vectoriser: dict[str, list[tuple[str, AutoresetMode, str]]] = {v: [] for v in VECTORISERS}
+    for name, space, (mode, info_format) in DEFAULT_CASES:
+        by_vectoriser[name].append((space, mode, info_format))
+    for name, cases in by_vectoriser.items():
+        assert {mode for _, mode, _ in cases} == set(MODES), name
+        assert len({space for space, _, _ in cases}) >= 2, name
+        assert {f for _, _, f in cases} == {"gymnasium", "list", "legacy"}, name
+    for name in SLOW_TO_START:
+        assert len(by_vectoriser[name]) == len(MODES), name
+    covered = {(space, mode) for _, space, (mode, _) in DEFAULT_CASES}
+    assert covered == {(space, mode) for space in SPACES for mode in MODES}
+    flavours = {flavour for _, _, flavour in DEFAULT_CASES}
+    assert flavours == {(mode, f) for mode in MODES for f in FORMATS[mode]}
 
 
 @pytest.mark.timeout(60)
@@ -162,42 +331,11 @@ def test_observation_mode_different_matches_sync() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_list_info_format_holds_each_envs_events() -> None:
-    fns = [make_zoo("box_f32") for _ in range(4)]
-    oracle = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
-    envs = SubprocVectorEnv(fns, autoreset_mode="SameStep", info_format="list", num_workers=2)
-    try:
-        _, got = envs.reset(seed=5)
-        _, want = oracle.reset(seed=5)
-        assert [info["reset_count"] for info in got] == list(want["reset_count"])
-        envs.action_space.seed(0)
-        ended = 0
-        for _ in range(30):
-            actions = envs.action_space.sample()
-            _, _, term, trunc, got = envs.step(actions)
-            _, _, _, _, want = oracle.step(actions)
-            assert isinstance(got, list) and len(got) == 4
-            for i, info in enumerate(got):
-                assert ("final_obs" in info) == bool(term[i] or trunc[i])
-                if "final_obs" in info:
-                    ended += 1
-                    assert_same(info["final_obs"], want["final_obs"][i])
-                    assert info["reset_count"] == want["reset_count"][i]
-                if "score" in info:
-                    assert info["score"] == want["score"][i]
-        assert ended > 0
-    finally:
-        envs.close()
-        oracle.close()
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("kind", ["zoo", "silent"])
-def test_legacy_info_format_is_gymnasium_029_layout(kind: str) -> None:
-    # silent: no infos at all, so the final events are rebuilt from the flags (SAME_STEP)
+def test_legacy_info_format_is_gymnasium_029_layout() -> None:
+    # No infos at all, so the final events are rebuilt from the flags (SAME_STEP); spelled out
+    # by hand here, and by the oracle of run_side_by_side in the conformance axis.
     box = spaces.Box(-1.0, 1.0, (3,), np.float32)
-    maker = make_zoo("box_f32") if kind == "zoo" else lambda: SilentEnv(box, terminate_prob=0.2)
-    fns = [maker for _ in range(4)]
+    fns = [lambda: SilentEnv(box, terminate_prob=0.2) for _ in range(4)]
     oracle = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     envs = SubprocVectorEnv(fns, info_format="legacy", num_workers=2)
     try:
@@ -298,16 +436,6 @@ def test_impossible_observation_cast_fails_like_sync() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
-@pytest.mark.parametrize("space_name", ["dict_nest", "box_scalar", "text"])
-def test_parent_envs_and_spinning_match_sync(space_name: str, mode: AutoresetMode) -> None:
-    # The parent steps the last two envs itself while one busy-polling worker steps the rest.
-    fns = [make_zoo(space_name) for _ in range(5)]
-    envs = run_side_by_side(fns, mode, num_workers=1, parent_envs=2, spin_us=200)
-    assert envs.parent_envs == 2 and envs.spin_us == 200
-
-
-@pytest.mark.timeout(60)
 def test_parent_envs_serve_calls_and_attributes() -> None:
     envs = SubprocVectorEnv([make_zoo("box_f32")] * 4, parent_envs=2)
     try:
@@ -337,9 +465,18 @@ def _final_obs_fns(kind: str) -> list[Any]:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("kind", ["silent", "mixed"])
+@pytest.mark.parametrize(
+    ("kind", "info_format"),
+    [
+        *[(kind, f) for kind in ("silent", "mixed") for f in ("gymnasium", "list")],
+        ("silent", "legacy"),
+        pytest.param("mixed", "legacy", marks=LEGACY_FINAL_BY_VALUE),  # env 6's float64 obs
+    ],
+)
 @pytest.mark.parametrize("layout", ["workers", "parent_envs"])
-def test_same_step_final_observations_kept_in_the_block_match_sync(kind: str, layout: str) -> None:
+def test_same_step_final_observations_kept_in_the_block_match_sync(
+    kind: str, layout: str, info_format: str
+) -> None:
     # SAME_STEP: an ended env's final observation stays in the block and, when its final info
     # is empty, the worker sends no event for it: envs 0-3 (worker 0) have no infos at all,
     # so their ends travel as plain OKs. In "mixed", env 4 sends reset infos that must follow
@@ -348,7 +485,8 @@ def test_same_step_final_observations_kept_in_the_block_match_sync(kind: str, la
     kwargs: dict[str, Any] = {"num_workers": 2}
     if layout == "parent_envs":
         kwargs = {"num_workers": 1, "parent_envs": 4}
-    envs = run_side_by_side(_final_obs_fns(kind), AutoresetMode.SAME_STEP, steps=80, **kwargs)
+    fns = _final_obs_fns(kind)
+    envs = run_side_by_side(fns, AutoresetMode.SAME_STEP, 80, info_format=info_format, **kwargs)
     assert envs._final_in_block
 
 

@@ -196,9 +196,7 @@ def test_an_env_with_its_keys_in_another_order_is_sent() -> None:
 
 
 def test_schema_changes_and_a_replaced_worker_are_followed() -> None:
-    views = {
-        name: np.zeros(shape, dtype=dtype) for name, dtype, shape in info_block_regions(2, 1)
-    }
+    views = {name: np.zeros(shape, dtype=dtype) for name, dtype, shape in info_block_regions(2, 1)}
     reader = InfoBlockReader(views, 2)
     a = [(0, {"x": 1.0}), (1, {"x": 2.0})]
     b = [(0, {"y": np.int32(3), "x": 4.0}), (1, {"y": np.int32(5), "x": 6.0})]
