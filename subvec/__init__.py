@@ -6,7 +6,7 @@ General layout (lower layers never import higher ones):
     _protocol         the wire protocol: command codes, framing, payload records, remote errors
     _spaces, _shm     space -> shared-memory layout; the block and its views
     _seeding          seed -> per-env seeds
-    _core             EnvSlab: stepping k envs in-process (no multiprocessing)
+    _slab             EnvSlab: stepping k envs in-process (no multiprocessing)
     _infos, _merge    infos on the wire and in the block; one merger per info_format
     _block            the block's schema: regions, observation slots, row binding (both sides)
     _plan             the process layout: workers, env ranges, spin, partner (a pure function)
@@ -19,7 +19,7 @@ General layout (lower layers never import higher ones):
     vector            SubprocVectorEnv: the process backend's public class
     proxy             remote(envs): attribute-style forwarding to any vector env's call()
     factory           make_vec (and the kwargs checks the SB3 face reuses)
-    _envops           per-env operations the SB3 face runs in the workers (no SB3 import)
+    _sb3_ops          per-env operations the SB3 face runs in the workers (no SB3 import)
     sb3               the Stable-Baselines3 VecEnv (imports SB3; never imported from here)
 
 ``import subvec`` never imports torch, Stable-Baselines3 or ray.

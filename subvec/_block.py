@@ -27,10 +27,10 @@ import numpy as np
 from gymnasium import Space
 
 from subvec import _spaces
-from subvec._core import SlabArrays, final_obs_store
 from subvec._infos import InfoBlockReader, info_block_regions
 from subvec._protocol import AttachSpec
 from subvec._shm import BlockLayout, has_free_space
+from subvec._slab import SlabArrays, final_obs_store
 
 __all__ = [
     "OBS_SLOTS",
@@ -172,7 +172,7 @@ def plan_block(
     for k, leaf in enumerate(leaves):
         arrays.append((_obs(k), leaf.dtype, (n, *leaf.shape)))
     #: ended envs leave their final observation in the block, and those whose final info is
-    #: empty send nothing (see _core.FinalObsInBlock)
+    #: empty send nothing (see _slab.FinalObsInBlock)
     final_obs = same_step and len(leaves) == 1 and not leaves[0].path
     if final_obs:
         arrays.append((FINAL_OBS, leaves[0].dtype, (n, *leaves[0].shape)))

@@ -37,12 +37,12 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 from subvec import _protocol as proto
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
 from subvec._block import BatchViews
-from subvec._core import FinalObsInBlock
 from subvec._failures import FailurePolicy, RestartRecord
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, Part, make_merger
 from subvec._protocol import CallPayload, Command, ResetPayload, SetAttrPayload, Status
 from subvec._seeding import SeedArg, per_env_seeds
+from subvec._slab import FinalObsInBlock
 from subvec.errors import BrokenVectorEnvError
 
 __all__ = ["VectorFront"]
@@ -625,7 +625,9 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
                     out.append((lo, data))
                 continue
             events = list(as_events(data[0])) if data is not None else []
-            kept = {e for e, info in events if info.get("final_obs") is FinalObsInBlock}
+            # Envs that sent their final event (the observation in the block or by value,
+            # when it did not fit the block's row) need no stand-in.
+            kept = {e for e, info in events if "final_obs" in info and "final_info" in info}
             merged: list[tuple[int, dict[str, Any]]] = []
             k = 0
             for local in mine:

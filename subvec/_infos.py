@@ -1,6 +1,6 @@
 """Info dicts on the wire and their merge, as gymnasium's ``VectorEnv._add_info`` merges them.
 
-A worker's envs report their infos as events, ``(local env, info)`` in env order (see _core).
+A worker's envs report their infos as events, ``(local env, info)`` in env order (see _slab).
 Many envs report the same few scalars every step (MuJoCo: four numpy floats; Atari: three
 ints). Pickling those one value at a time is slow (a numpy scalar carries its dtype: ~10 us for
 4 envs x 4 keys, against ~2 us as one byte string per key), and so is unpickling and merging
@@ -89,9 +89,7 @@ def as_events(infos: Sequence[InfoEvent] | InfoColumns) -> Sequence[InfoEvent]:
     return sorted(per_env.items())
 
 
-def merge_columns(
-    parts: Sequence[tuple[int, InfoColumns]], num_envs: int
-) -> dict[str, Any] | None:
+def merge_columns(parts: Sequence[tuple[int, InfoColumns]], num_envs: int) -> dict[str, Any] | None:
     """Merge the columns of every worker (``(first env index, columns)`` in env order), or
     None when a key's type differs between workers (then the events decide, as in Sync)."""
     # per key: type, [(first env index, local envs)], [packed values]

@@ -19,8 +19,8 @@ from gymnasium.vector.vector_env import AutoresetMode
 from subvec import _protocol as proto
 from subvec._backend import PLAIN, Collected, Outcome, Unit
 from subvec._block import bind_rows
-from subvec._core import EnvSlab, SlabResult
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status
+from subvec._slab import EnvSlab, SlabResult
 
 __all__ = ["LocalShare"]
 

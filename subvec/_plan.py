@@ -19,7 +19,7 @@ __all__ = ["DEFAULT_SPIN_US", "Layout", "plan_layout", "resolve_context", "split
 #: Busy-poll window (microseconds) before blocking, used by processes that own a CPU. On a
 #: 2-vCPU VM a blocking wake-up costs tens of microseconds, more than a cheap env's step; the
 #: window must outlast the other side's turn (the parent's own envs with parent_envs):
-#: 50 us measured too short there, 100-1000 us all helped (docs/decisions).
+#: 50 us measured too short there (docs/decisions/0005-adaptive-spin-window.md).
 DEFAULT_SPIN_US = 300.0
 
 

@@ -386,8 +386,8 @@ class WorkerPool:
         and nothing else, each reply header is read and compared, as bytes, with the plain OK
         it should be. On a cheap env the parent shares its CPU with the partner, so every
         call and attribute lookup here is paid twice: in time, and in the caches and branch
-        history the partner finds cold after us (docs/benchmarks.md, fourth round: these
-        closures against the same steps as methods). Anything else (a reply still to come,
+        history the partner finds cold after us (docs/decisions/0009-steady-state-step-path.md:
+        these closures against the same steps as methods). Anything else (a reply still to come,
         a payload, an error, a death, a stale or broken frame) goes on through ``gather``
         for the workers still awaited, within the same deadline (``_take_rest``).
         """

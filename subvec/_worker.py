@@ -32,10 +32,10 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
 from subvec._block import bind_rows, slot_writers
-from subvec._core import EnvSlab, SlabResult
 from subvec._infos import InfoBlockWriter, to_columns
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
 from subvec._shm import SharedBlock
+from subvec._slab import EnvSlab, SlabResult
 from subvec._topology import Placement, apply_placement
 
 __all__ = ["worker_main"]

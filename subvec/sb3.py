@@ -14,7 +14,7 @@ info dict per env (``info_format="list"``), translated to SB3's contract:
   list of fresh dicts; an env that ended reports its final step's info plus
   ``terminal_observation`` and ``TimeLimit.truncated`` and is already reset.
 - ``get_attr``, ``set_attr``, ``env_method`` and ``env_is_wrapped`` take ``indices`` and touch
-  only those envs (see ``subvec._envops``); ``set_attr`` sets the outermost wrapper, as SB3.
+  only those envs (see ``subvec._sb3_ops``); ``set_attr`` sets the outermost wrapper, as SB3.
 
 This module imports Stable-Baselines3 (and so torch); ``import subvec`` never imports it.
 """
@@ -38,7 +38,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from subvec._envops import OPS_ATTR, Op, OpsFactory, class_path
+from subvec._sb3_ops import OPS_ATTR, Op, OpsFactory, class_path
 from subvec.factory import VECTOR_KWARGS, check_kwargs
 from subvec.vector import SubprocVectorEnv
 

@@ -113,7 +113,7 @@ def test_copy_false_returns_views_valid_until_next_call() -> None:
 
 def test_import_subvec_does_not_import_torch_sb3_or_multiprocessing_in_core() -> None:
     code = (
-        "import sys, subvec, subvec._core;"
+        "import sys, subvec, subvec._slab;"
         "bad = [m for m in ('torch', 'stable_baselines3', 'ray') if m in sys.modules];"
         "print(bad)"
     )
@@ -121,9 +121,9 @@ def test_import_subvec_does_not_import_torch_sb3_or_multiprocessing_in_core() ->
     assert out.stdout.strip() == "[]"
     import ast
 
-    import subvec._core
+    import subvec._slab
 
-    tree = ast.parse(Path(subvec._core.__file__).read_text())
+    tree = ast.parse(Path(subvec._slab.__file__).read_text())
     imported = {
         alias.name
         for node in ast.walk(tree)

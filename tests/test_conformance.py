@@ -207,27 +207,8 @@ def _all_cases() -> list[tuple[str, str, tuple[AutoresetMode, str]]]:
     return [(v, s, f) for v in VECTORISERS for s in SPACES for f in flavours]
 
 
-#: A known bug, not the test's: with SAME_STEP final observations kept in the block, an ended
-#: env whose final observation does not fit the block (a Discrete space's numpy scalar, a
-#: float64 array for a float32 Box) travels by value, yet the parent also inserts a stand-in
-#: event read from the block for it (SubprocVectorEnv._with_final_obs takes only the envs that
-#: sent FinalObsInBlock as having a final event). gymnasium's and the list format's merges
-#: let the real event overwrite the stand-in; the legacy fold keeps the stand-in's stale row as
-#: ``final_observation`` and adds ``final_obs``/``final_info`` keys.
-LEGACY_FINAL_BY_VALUE = pytest.mark.xfail(
-    reason="legacy format: by-value final observation also gets a stand-in from the block",
-    strict=True,
-)
-
-
 def _marks(case: tuple[str, str, tuple[AutoresetMode, str]]) -> list[pytest.MarkDecorator]:
-    name, space, (_, info_format) = case
-    marks = [] if case in DEFAULT_CASES else [pytest.mark.slow]
-    entry = VECTORISERS[name]  # a SubprocVectorEnv with observations in the block
-    in_block = not callable(entry) and entry.get("shared_memory", True)
-    if info_format == "legacy" and space == "discrete_start" and in_block:
-        marks.append(LEGACY_FINAL_BY_VALUE)
-    return marks
+    return [] if case in DEFAULT_CASES else [pytest.mark.slow]
 
 
 DEFAULT_CASES = _default_cases()
@@ -382,7 +363,7 @@ def test_steady_infos_from_the_block_in_list_and_legacy_formats(
     monkeypatch.setattr("subvec.vector._BLOCK_INFO_FORMATS", ())
     oracle = SubprocVectorEnv(fns, **kwargs)
     try:
-        assert envs._info_block is not None and oracle._info_block is None
+        assert envs.block_plan.info_block and not oracle.block_plan.info_block
         assert_same(envs.reset(seed=9), oracle.reset(seed=9), "reset")
         envs.action_space.seed(3)
         flagged = 0
@@ -470,7 +451,7 @@ def _final_obs_fns(kind: str) -> list[Any]:
     [
         *[(kind, f) for kind in ("silent", "mixed") for f in ("gymnasium", "list")],
         ("silent", "legacy"),
-        pytest.param("mixed", "legacy", marks=LEGACY_FINAL_BY_VALUE),  # env 6's float64 obs
+        ("mixed", "legacy"),  # env 6's float64 obs travels by value
     ],
 )
 @pytest.mark.parametrize("layout", ["workers", "parent_envs"])
@@ -487,7 +468,7 @@ def test_same_step_final_observations_kept_in_the_block_match_sync(
         kwargs = {"num_workers": 1, "parent_envs": 4}
     fns = _final_obs_fns(kind)
     envs = run_side_by_side(fns, AutoresetMode.SAME_STEP, 80, info_format=info_format, **kwargs)
-    assert envs._final_in_block
+    assert envs.block_plan.final_obs
 
 
 @pytest.mark.timeout(60)

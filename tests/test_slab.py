@@ -14,7 +14,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from subvec._core import EnvSlab, FinalObsInBlock, SlabArrays, final_obs_store
+from subvec._slab import EnvSlab, FinalObsInBlock, SlabArrays, final_obs_store
 from tests.envs import LooseDtypeEnv, ZooEnv
 from tests.helpers import assert_same
 
