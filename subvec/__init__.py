@@ -28,6 +28,7 @@ General layout (lower layers never import higher ones):
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
+    RecvTimeoutError,
     RemoteEnvError,
     SharedMemoryTooSmallError,
     SubvecError,
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
+    "RecvTimeoutError",
     "RemoteEnvError",
     "RemoteProxy",
     "SharedMemoryTooSmallError",

@@ -12,6 +12,8 @@ to every backend the same way:
   each unit's :data:`Outcome` and the :class:`Failure` of each unit that died or did not
   answer in time; ``None`` when every unit answered a plain OK (everything is in the batch
   arrays already: the usual step);
+- ``collect_ready(units, enough, timeout)``: asynchronous stepping's wait: return once at
+  least ``enough`` of ``units`` answered (or ``timeout`` passed), leaving the others in flight;
 - ``restart(unit, timeout)``: a fresh unit for the same envs, built but not reset;
 - ``close(timeout, terminate)``: stop every unit within a bound and release everything.
 
@@ -101,6 +103,10 @@ class Backend(Protocol):
         units: Sequence[Any] | None = None,
         stop_at_death: bool = False,
     ) -> Collected | None: ...
+
+    def collect_ready(
+        self, units: Sequence[Any], enough: int, timeout: float | None, what: str
+    ) -> Collected: ...
 
     def restart(self, unit: Any, timeout: float | None) -> Unit: ...
 

@@ -35,6 +35,7 @@ from gymnasium.vector.utils import (
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec import _protocol as proto
+from subvec._async import AsyncStepping
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
 from subvec._block import BatchViews
 from subvec._failures import FailurePolicy, RestartRecord
@@ -58,6 +59,7 @@ class _State(enum.Enum):
     WAITING_RESET = "reset"
     WAITING_STEP = "step"
     WAITING_CALL = "call"
+    ASYNC = "async"  # envs in flight or held (see _async)
     BROKEN = "broken"
 
 
@@ -95,8 +97,9 @@ def _copy_nest(obs: Any) -> Any:
     return deepcopy(obs)
 
 
-class VectorFront(VectorEnv[Any, Any, np.ndarray]):
-    """The gymnasium VectorEnv contract over backends; see the module docstring."""
+class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
+    """The gymnasium VectorEnv contract over backends; see the module docstring. The
+    asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) are in ``_async``."""
 
     _state = _State.IDLE
     _broken_reason = ""
@@ -111,10 +114,20 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
         timeout: float | None,
         on_worker_failure: str,
         max_restarts: int,
+        batch_size: int | None = None,
     ) -> None:
         """Check and keep the options every backend shares (before any backend starts)."""
         self._policy = FailurePolicy(on_worker_failure, max_restarts)
         self.num_envs = num_envs
+        if batch_size is None:
+            batch_size = num_envs
+        if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= num_envs:
+            raise ValueError(
+                f"batch_size must be an int in [1, num_envs] = [1, {num_envs}] or None, "
+                f"got {batch_size!r}"
+            )
+        #: how many envs ``recv()`` returns by default
+        self.batch_size = int(batch_size)
         if info_format not in ("gymnasium", "legacy", "list"):
             raise ValueError(
                 f"info_format must be 'gymnasium', 'legacy' or 'list', got {info_format!r}"
@@ -214,6 +227,7 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
         self._any_restarted = False
         self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
         self._env_obs: list[Any] = [None] * n
+        self._start_async()
 
     # --- failure policy ----------------------------------------------------------------------
 
@@ -246,9 +260,25 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
 
     def _begin(self, state: _State) -> None:
         self._assert_is_running()
+        if self._state is _State.ASYNC:
+            raise AlreadyPendingCallError(
+                f"Calling `{_ASYNC_NAME[state]}` while envs are stepping asynchronously (in "
+                f"flight: {self.in_flight_env_ids}, ready: {self.ready_env_ids}); call "
+                "`drain()` first",
+                str(self._state.value),
+            )
         if self._state is not _State.IDLE:
             raise AlreadyPendingCallError(
                 f"Calling `{_ASYNC_NAME[state]}` while waiting for a pending call to "
+                f"`{self._state.value}` to complete",
+                str(self._state.value),
+            )
+
+    def _begin_async(self, method: str) -> None:
+        self._assert_is_running()
+        if self._state not in (_State.IDLE, _State.ASYNC):
+            raise AlreadyPendingCallError(
+                f"Calling `{method}` while waiting for a pending call to "
                 f"`{self._state.value}` to complete",
                 str(self._state.value),
             )

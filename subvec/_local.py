@@ -100,6 +100,8 @@ class LocalShare:
             self._pending = lambda: slab.step(payload)
         elif command is Command.RESET:
             self._pending = lambda: slab.reset(payload.seeds, payload.options, payload.mask)
+        elif command is Command.STEP_ENVS:
+            self._pending = lambda: slab.step_envs(payload.envs, payload.actions)
         elif command is Command.CALL:
             self._pending = lambda: slab.call(payload.name, payload.args, payload.kwargs)
         elif command is Command.SET_ATTR:
@@ -133,10 +135,26 @@ class LocalShare:
         if isinstance(result, SlabResult):
             if result.is_empty():
                 return PLAIN
+            if self._command is Command.STEP_ENVS:  # as a worker replies (see _worker)
+                errors = [
+                    (local, ErrorRecord.capture(exc, self.lo + local, "step"))
+                    for local, exc in result.errors or ()
+                ]
+                return Status.OK_PAYLOAD, (result.infos, result.obs, errors)
             return Status.OK_PAYLOAD, (result.infos, result.obs)
         if result is None:  # set_attr
             return PLAIN
         return Status.OK_PAYLOAD, result
+
+    def collect_ready(
+        self, units: Sequence[Any], enough: int, timeout: float | None, what: str
+    ) -> Collected:
+        """Run the recorded command (this unit is always ready once asked)."""
+        pending, self._pending = self._pending, None
+        if pending is None or self not in units:
+            self._pending = pending
+            return Collected({}, [])
+        return Collected({self.index: self._run(pending)}, [])
 
     def restart(self, unit: Any, timeout: float | None) -> Unit:
         raise RuntimeError("the parent's own envs cannot be restarted")

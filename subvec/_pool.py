@@ -304,6 +304,56 @@ class WorkerPool:
             return self._decoded(self.gather_all(timeout, what, stop_at_death))
         return self._decoded(self.gather(units, timeout, what, stop_at_death))
 
+    def collect_ready(
+        self, units: Sequence[Worker], enough: int, timeout: float | None, what: str
+    ) -> Collected:
+        """Wait until at least ``enough`` of ``units`` have answered or died (or ``timeout``
+        passes), then take every other answer already there, without waiting. A unit still
+        silent is left in flight (its reply stays awaited): nothing is reported hung."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = {w.index: w for w in units}
+        poller, by_fd = select.poll(), {}
+        for w in units:
+            for fd, is_reply in ((w.reply_fd, True), (w.process.sentinel, False)):
+                by_fd[fd] = (w, is_reply)
+                poller.register(fd, select.POLLIN)
+        replies: dict[int, Reply] = {}
+        failures: list[Failure] = []
+        waiting = True
+        while pending:
+            if waiting and len(replies) + len(failures) >= enough:
+                waiting = False  # enough: one more look for whatever else is in
+            if not waiting:
+                ms = 0
+            elif deadline is None:
+                ms = -1
+            else:
+                ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
+            events = poller.poll(ms)
+            if not events and (not waiting or ms == 0):
+                break
+            for fd, _ in events:
+                worker, is_reply = by_fd[fd]
+                if worker.index not in pending:
+                    continue  # its other fd in the same poll, after its answer
+                reply = self._read(worker) if is_reply else self._drain(worker)
+                if reply is _STALE:
+                    continue
+                del pending[worker.index]
+                for done in (worker.reply_fd, worker.process.sentinel):
+                    poller.unregister(done)
+                if reply is _DEAD:
+                    failures.append(self._death(worker, what))
+                else:
+                    assert isinstance(reply, tuple)
+                    replies[worker.index] = reply
+                    worker.expected = None
+            if not waiting:
+                break
+        collected = self._decoded((replies, failures))
+        assert collected is not None
+        return collected
+
     def _decoded(self, gathered: Gathered | None) -> Collected | None:
         if gathered is None:
             return None

@@ -45,6 +45,7 @@ __all__ = [
     "ResetPayload",
     "SetAttrPayload",
     "Status",
+    "StepEnvsPayload",
     "WorkerHello",
     "dumps",
     "finish_frame",
@@ -68,6 +69,7 @@ class Command(IntEnum):
     CALL = 4  # payload: CallPayload; get_attr is CALL of a non-callable
     SET_ATTR = 5  # payload: SetAttrPayload
     CLOSE = 6  # payload: empty; the worker closes its envs, replies, exits
+    STEP_ENVS = 7  # payload: StepEnvsPayload; step some envs (asynchronous stepping)
 
 
 class Status(IntEnum):
@@ -174,6 +176,15 @@ class ResetPayload(NamedTuple):
     seeds: Sequence[int | None]
     options: dict[str, Any] | None
     mask: Sequence[bool] | None
+
+
+class StepEnvsPayload(NamedTuple):
+    """STEP_ENVS: step only these envs (local indices, ascending) with these actions, by
+    value. The reply is ``(infos, observations, errors)``: an env that raises is reported in
+    ``errors`` as ``(local env, ErrorRecord)`` and the others still step."""
+
+    envs: Sequence[int]
+    actions: Sequence[Any]
 
 
 class CallPayload(NamedTuple):

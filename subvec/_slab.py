@@ -62,9 +62,11 @@ class FinalObsInBlock:
 class SlabResult:
     infos: list[InfoEvent] = field(default_factory=list)
     obs: list[tuple[int, Any]] | None = None  # by-value observations (local env, obs)
+    #: ``step_envs`` only: the envs that raised, ``(local env, exception)``
+    errors: list[tuple[int, Exception]] | None = None
 
     def is_empty(self) -> bool:
-        return not self.infos and not self.obs
+        return not self.infos and not self.obs and not self.errors
 
 
 def final_obs_store(rows: np.ndarray) -> Callable[[Any, int], bool]:
@@ -183,6 +185,50 @@ class EnvSlab:
         finally:
             # Which env raised (error reports name it); set once, not per env.
             self.current = i
+        return result
+
+    def step_envs(self, indices: Sequence[int], actions: Sequence[Any]) -> SlabResult:
+        """Step the envs at local ``indices`` (ascending) with ``actions`` (one each, by value),
+        as :meth:`step` steps every env. An env that raises is reported in
+        ``SlabResult.errors`` and the others still step: with asynchronous stepping each env's
+        error belongs to that env's own result."""
+        arrays = self.arrays
+        assert arrays is not None, "bind() first"
+        next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        store_final = arrays.store_final_obs
+        result = SlabResult(errors=[])
+        errors: list[tuple[int, Exception]] = []
+        infos = result.infos
+        for i, action in zip(indices, actions):
+            self.current = i
+            env = self.envs[i]
+            try:
+                if next_step and self.needs_reset[i]:
+                    obs, info = env.reset()
+                    reward: Any = 0.0
+                    terminated, truncated = False, False
+                    self.needs_reset[i] = False
+                else:
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    if (terminated or truncated) and not same_step:
+                        self.needs_reset[i] = True
+                    elif terminated or truncated:
+                        if store_final is None or not store_final(obs, i):
+                            infos.append((i, {"final_obs": obs, "final_info": info}))
+                        elif info:
+                            infos.append((i, {"final_obs": FinalObsInBlock, "final_info": info}))
+                        obs, info = env.reset()
+                arrays.rewards[i] = reward
+                arrays.terminations[i] = terminated
+                arrays.truncations[i] = truncated
+                self._emit_obs(result, i, obs)
+            except Exception as exc:
+                errors.append((i, exc))
+                continue
+            if info:
+                infos.append((i, info))
+        result.errors = errors or None
         return result
 
     def call(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:

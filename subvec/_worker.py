@@ -107,6 +107,8 @@ def worker_main(
 
 # Enum members as module constants: the per-step path compares against them every step.
 _STEP, _CLOSE = Command.STEP, Command.CLOSE
+#: the commands that write observations (into the slot the parent picked)
+_WRITES_OBS = (Command.STEP, Command.RESET, Command.STEP_ENVS)
 _OK, _OK_PAYLOAD = Status.OK, Status.OK_PAYLOAD
 
 
@@ -204,7 +206,7 @@ class _Server:
 
     def handle(self, command: Command, payload: bytes) -> tuple[Status, bytes]:
         slab = self.slab
-        if self.obs_writers and (command is _STEP or command is Command.RESET):
+        if self.obs_writers and command in _WRITES_OBS:
             self._point_obs_rows()
         if command is _STEP:  # first: the per-step case
             reply = self._step_reply(slab.step(proto.loads(payload) if payload else None))
@@ -212,6 +214,12 @@ class _Server:
         elif command is Command.RESET:
             reset: proto.ResetPayload = proto.loads(payload)
             result = slab.reset(reset.seeds, reset.options, reset.mask)
+        elif command is Command.STEP_ENVS:
+            some: proto.StepEnvsPayload = proto.loads(payload)
+            result = slab.step_envs(some.envs, some.actions)
+            if result.is_empty():
+                return Status.OK, b""
+            return Status.OK_PAYLOAD, self._dump_some(result)
         elif command is Command.CALL:
             call: proto.CallPayload = proto.loads(payload)
             results = slab.call(call.name, call.args, call.kwargs)
@@ -272,6 +280,18 @@ class _Server:
             infos = to_columns(infos) or infos
         return self._dump_per_env(
             (infos, result.obs), "the info", [*result.infos, *(result.obs or ())]
+        )
+
+    def _dump_some(self, result: SlabResult) -> bytes:
+        """A STEP_ENVS reply: ``(infos, observations, errors)``, errors as ErrorRecords."""
+        errors = [
+            (local, ErrorRecord.capture(exc, self.slab.first_index + local, "step"))
+            for local, exc in result.errors or ()
+        ]
+        events = result.infos
+        infos: Any = (to_columns(events) or events) if self.info_columns and events else events
+        return self._dump_per_env(
+            (infos, result.obs, errors), "the info", [*events, *(result.obs or ())]
         )
 
     def attach(self, spec: AttachSpec) -> None:

@@ -89,6 +89,19 @@ class WorkerTimeoutError(SubvecError, TimeoutError, multiprocessing.TimeoutError
         return str(self.args[0]) if self.args else ""
 
 
+class RecvTimeoutError(SubvecError, TimeoutError):
+    """``recv`` ran out of time before enough envs were ready. Nothing is lost: the envs named
+    in ``env_indices`` stay in flight, and what was collected is returned by a later ``recv``."""
+
+    def __init__(self, message: str, *, env_indices: Sequence[int] = (), timeout: float = 0.0):
+        super().__init__(message)
+        self.env_indices = tuple(env_indices)
+        self.timeout = timeout
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class BrokenVectorEnvError(SubvecError, RuntimeError):
     """The vector env lost a worker and can no longer step; only ``close()`` is allowed."""
 

@@ -94,6 +94,9 @@ class SubprocVectorEnv(VectorFront):
             replies (parent); 0 disables. Default: 300 us for each process that has a CPU of
             its own; when the workers fill every CPU, worker 0 shares the parent's and neither
             of those two spins (see ``subvec._plan``).
+        batch_size: how many envs ``recv()`` returns by default with asynchronous stepping
+            (``async_reset``/``send``/``recv``/``drain``; docs/async.md). None: num_envs.
+            ``reset()`` and ``step()`` stay lock-step over every env.
     """
 
     def __init__(
@@ -117,6 +120,7 @@ class SubprocVectorEnv(VectorFront):
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         parent_envs: int = 0,
         spin_us: float | None = None,
+        batch_size: int | None = None,
     ) -> None:
         super().__init__()
         self.env_fns = list(env_fns)
@@ -130,6 +134,7 @@ class SubprocVectorEnv(VectorFront):
             timeout=timeout,
             on_worker_failure=on_worker_failure,
             max_restarts=max_restarts,
+            batch_size=batch_size,
         )
         self.start_timeout = start_timeout
         self.shared_memory = bool(shared_memory)

@@ -1,0 +1,505 @@
+"""Asynchronous first-k-ready stepping on the front: ``async_reset``, ``send``, ``recv``, ``drain``.
+
+    send(actions, env_ids) ─► queue each env's action on its unit; a free unit gets one
+                              STEP_ENVS command for every env it has an action for
+    recv(min, max, timeout) ◄─ collect the units that answered (waiting for the first ones
+                              only as long as fewer than ``min`` envs are ready), copy each
+                              env's result out of the batch arrays, return the first ready
+
+The unit of scheduling is a unit (a worker and its envs): it has at most one command in
+flight and steps the subset of its envs that have actions, then answers once. The unit of the
+API is an env: each env's result (observation, reward, flags, infos, or the exception its step
+raised) is copied out of the block as soon as its unit answers and held, in the order the
+envs became ready, until a ``recv`` returns it. Nothing ready is ever dropped, and the envs
+held longest go first, so no env starves. Per env, the trajectory is SyncVectorEnv's for the
+same seed and the same actions: the envs run the same code (``EnvSlab.step_envs``), one env at
+a time in their unit, whatever the others do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from copy import deepcopy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gymnasium import Space
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
+
+from subvec import _protocol as proto
+from subvec._backend import Backend, Failure, Outcome, Unit
+from subvec._block import ObsSlots
+from subvec._failures import FailurePolicy
+from subvec._infos import as_events
+from subvec._merge import InfoMerger, make_merger
+from subvec._protocol import Command, ResetPayload, Status, StepEnvsPayload
+from subvec._seeding import SeedArg, per_env_seeds
+from subvec._slab import FinalObsInBlock
+from subvec.errors import RecvTimeoutError
+
+__all__ = ["AsyncStepping", "EnvResult"]
+
+
+@dataclass
+class EnvResult:
+    """One env's result, copied out of the batch arrays when its unit answered."""
+
+    obs: Any
+    reward: float
+    terminated: bool
+    truncated: bool
+    events: list[dict[str, Any]] = field(default_factory=list)
+    error: BaseException | None = None
+    restarted: bool = False
+
+
+class _Rows:
+    """Stands for a vector env of ``num_envs`` rows in gymnasium's ``_add_info``."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+def _copy_row(batch: Any, i: int) -> Any:
+    if isinstance(batch, dict):
+        return {k: _copy_row(v, i) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_copy_row(v, i) for v in batch)
+    row = batch[i, ...]  # [i, ...]: a 0-d leaf stays an array, as SyncVectorEnv's iterate
+    return row.copy() if isinstance(row, np.ndarray) else row
+
+
+class AsyncStepping:
+    """The asynchronous half of :class:`subvec._front.VectorFront` (a mixin: it uses the
+    front's units, backends, batch arrays and state)."""
+
+    # The front's, declared for the type checker.
+    num_envs: int
+    autoreset_mode: AutoresetMode
+    info_format: str
+    default_timeout: float | None
+    single_observation_space: Space[Any]
+    single_action_space: Space[Any]
+    batch_size: int
+    _state: Any
+    _units: list[Unit]
+    _backends: list[Backend]
+    _policy: FailurePolicy
+    _observations: Any
+    _obs_shared: bool
+    _obs_slots: ObsSlots | None
+    _obs_slot: int
+    _env_obs: list[Any]
+    _rewards: np.ndarray
+    _terminations: np.ndarray
+    _truncations: np.ndarray
+    _needs_reset: np.ndarray
+    _final_in_block: bool
+    _final_obs_rows: np.ndarray | None
+
+    if TYPE_CHECKING:
+
+        def _assert_is_running(self) -> None: ...
+        def _begin_async(self, method: str) -> None: ...
+        def _check_reset_mask(self, reset_mask: Any) -> np.ndarray: ...
+        def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
+
+    def _start_async(self) -> None:
+        n = self.num_envs
+        self._flight: dict[int, tuple[str, list[int]]] = {}  # unit index -> (kind, envs)
+        self._queued: dict[int, dict[int, Any]] = {}  # unit index -> {env: action}
+        self._ready: dict[int, EnvResult] = {}  # insertion order: the order envs got ready
+        self._after_restart: dict[int, EnvResult] = {}  # idle envs whose unit was rebuilt
+        self._last_ids: np.ndarray | None = None
+        self._action_spaces: dict[int, Space[Any]] = {}
+        self._mergers: dict[int, InfoMerger] = {}
+        self._unit_of_env = np.empty(n, dtype=np.int64)
+        self._backend_of_unit: dict[int, Backend] = {}
+        for backend in self._backends:
+            for unit in backend.units:
+                self._unit_of_env[unit.lo : unit.hi] = unit.index
+                self._backend_of_unit[unit.index] = backend
+
+    # --- introspection -----------------------------------------------------------------------
+
+    @property
+    def in_flight_env_ids(self) -> list[int]:
+        """The envs sent an action (or a reset) whose result no ``recv`` has collected yet."""
+        ids = [e for _, envs in self._flight.values() for e in envs]
+        ids += [e for queued in self._queued.values() for e in queued]
+        return sorted(ids)
+
+    @property
+    def ready_env_ids(self) -> list[int]:
+        """The envs whose results are held for the next ``recv``, oldest first."""
+        return list(self._ready)
+
+    def _outstanding(self) -> bool:
+        return bool(self._flight or any(self._queued.values()) or self._ready)
+
+    # --- the calls ---------------------------------------------------------------------------
+
+    def async_reset(self, seed: SeedArg = None, options: dict[str, Any] | None = None) -> None:
+        """Start resetting every env (or those in ``options["reset_mask"]``); their results
+        come back through :meth:`recv` (reward 0, both flags False, the reset's infos).
+
+        Args:
+            seed: as :meth:`reset`: None, an int (env ``i`` gets ``seed + i``) or one per env.
+            options: as :meth:`reset`, ``"reset_mask"`` included.
+
+        Raises:
+            AlreadyPendingCallError: envs are in flight or held (``drain()`` first), or a
+                lock-step call is pending.
+            ValueError, TypeError: bad seeds or reset mask.
+        """
+        self._begin_async("async_reset")
+        if self._outstanding():
+            raise AlreadyPendingCallError(
+                "async_reset while envs are in flight or held "
+                f"(in flight: {self.in_flight_env_ids}, ready: {self.ready_env_ids}); "
+                "call drain() first",
+                "async",
+            )
+        seeds = per_env_seeds(seed, self.num_envs)
+        mask = None
+        env_options = options
+        if options is not None and "reset_mask" in options:
+            mask = self._check_reset_mask(options["reset_mask"])
+            env_options = {k: v for k, v in options.items() if k != "reset_mask"}
+        self._enter_async()
+        for unit in self._units:
+            envs = [e for e in range(unit.lo, unit.hi) if mask is None or mask[e]]
+            if not envs:
+                continue
+            sub_mask = None if mask is None else [bool(m) for m in mask[unit.lo : unit.hi]]
+            payload = ResetPayload(seeds[unit.lo : unit.hi], env_options, sub_mask)
+            self._backend_of_unit[unit.index].send(Command.RESET, payload, units=[unit])
+            self._flight[unit.index] = ("reset", envs)
+            self._needs_reset[envs] = False
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Start stepping the envs ``env_ids`` with ``actions`` (one each, in that order).
+
+        Args:
+            actions: a batch of ``len(env_ids)`` actions of the single action space.
+            env_ids: the envs to step (default: those the last :meth:`recv` returned).
+
+        Raises:
+            ValueError: an unknown or repeated env id, an env in flight or whose result was
+                not returned yet, an ended env with autoreset DISABLED, or a batch whose
+                length is not ``len(env_ids)``; nothing is sent.
+            AlreadyPendingCallError: a lock-step call is pending.
+        """
+        self._begin_async("send")
+        ids = self._checked_ids(env_ids)
+        k = len(ids)
+        space = self._action_spaces.get(k)
+        if space is None:
+            space = self._action_spaces[k] = batch_space(self.single_action_space, k)
+        per_env = list(iterate(space, actions))
+        if len(per_env) != k:
+            raise ValueError(f"expected {k} actions, one per env in env_ids, got {len(per_env)}")
+        self._enter_async()
+        for env, action in zip(ids.tolist(), per_env):
+            rebuilt = self._after_restart.pop(env, None)
+            if rebuilt is not None:  # its env was rebuilt while idle: report that instead
+                self._ready[env] = rebuilt
+                continue
+            self._queued.setdefault(int(self._unit_of_env[env]), {})[env] = action
+        self._dispatch()
+
+    def _checked_ids(self, env_ids: Any) -> np.ndarray:
+        if env_ids is None:
+            if self._last_ids is None:
+                raise ValueError("send() needs env_ids: no recv() has returned envs yet")
+            env_ids = self._last_ids
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
+            raise ValueError(f"env_ids must be a 1-d sequence of ints, got {env_ids!r}")
+        if ids.size == 0:
+            raise ValueError("env_ids is empty: send() needs at least one env")
+        bad = [int(e) for e in ids if not 0 <= e < self.num_envs]
+        if bad:
+            raise ValueError(f"env_ids {bad} out of range: the envs are 0..{self.num_envs - 1}")
+        if len(set(ids.tolist())) != len(ids):
+            raise ValueError(f"env_ids {ids.tolist()} repeat an env: one action per env")
+        busy = set(self.in_flight_env_ids) | set(self._ready)
+        taken = [int(e) for e in ids if int(e) in busy]
+        if taken:
+            raise ValueError(
+                f"envs {taken} are in flight or hold a result no recv() returned yet: "
+                "recv() them before sending them new actions"
+            )
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            ended = [int(e) for e in ids if self._needs_reset[e]]
+            if ended:
+                raise ValueError(
+                    f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: "
+                    "drain() and reset them (reset_mask) before stepping them again"
+                )
+        return ids.astype(np.int64)
+
+    def recv(
+        self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """The first ready envs' results.
+
+        Args:
+            min_envs: wait until this many are ready (default ``batch_size``; at most the
+                envs in flight or held, since no others can become ready).
+            max_envs: return at most this many (default ``max(batch_size, min_envs)``).
+            timeout: seconds to wait (None: the constructor's ``timeout``).
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)`` with one row per
+            env; ``infos["env_id"]`` (an int array; for ``info_format="list"``, each dict's
+            ``"env_id"``) names the env of each row.
+
+        Raises:
+            NoAsyncCallError: nothing is in flight or held.
+            RecvTimeoutError: fewer than ``min_envs`` got ready in time (nothing is lost).
+            EnvError: the step of an env this call would return raised (the other results
+                stay held).
+            WorkerDiedError: a worker died (with on_worker_failure="raise").
+        """
+        self._assert_is_running()
+        if not self._outstanding():
+            raise NoAsyncCallError(
+                "Calling `recv` without any env in flight: call `async_reset` or `send` first.",
+                "recv",
+            )
+        lo, hi = self._bounds(min_envs, max_envs)
+        need = min(lo, len(self._ready) + len(self.in_flight_env_ids))
+        if timeout is None:
+            timeout = self.default_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._ready) < need:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            expired = remaining is not None and remaining <= 0
+            # Past the deadline, still take what is already there.
+            self._collect_ready(0.0 if expired else remaining, wait=not expired)
+            if expired and len(self._ready) < need:
+                raise RecvTimeoutError(
+                    f"recv: {len(self._ready)} of {need} envs ready after {timeout:g} s; "
+                    f"envs {self.in_flight_env_ids} are still in flight (nothing is lost: "
+                    "a later recv() returns them)",
+                    env_indices=self.in_flight_env_ids,
+                    timeout=timeout or 0.0,
+                )
+        if len(self._ready) < hi and self._flight:
+            self._collect_ready(0.0, wait=False)
+        return self._take(list(self._ready)[:hi])
+
+    def drain(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Wait for everything in flight and return every held result as one recv-shaped
+        batch (possibly of zero envs); the vector env is idle again, so ``step``, ``reset``
+        and ``call`` work.
+
+        Raises:
+            EnvError: an env's step raised (the other results stay held: drain again).
+            WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
+        """
+        self._assert_is_running()
+        while self._flight or any(self._queued.values()):
+            self._collect_ready(self.default_timeout, wait=True, hang=True)
+        return self._take(list(self._ready))
+
+    def _bounds(self, min_envs: int | None, max_envs: int | None) -> tuple[int, int]:
+        n = self.num_envs
+        for name, value in (("min_envs", min_envs), ("max_envs", max_envs)):
+            if value is not None and (
+                not isinstance(value, (int, np.integer)) or not 1 <= value <= n
+            ):
+                raise ValueError(f"{name} must be an int in [1, {n}] or None, got {value!r}")
+        hi = max_envs if max_envs is not None else max(self.batch_size, min_envs or 0)
+        lo = min_envs if min_envs is not None else min(self.batch_size, hi)
+        if lo > hi:
+            raise ValueError(f"min_envs={lo} exceeds max_envs={hi}")
+        return int(lo), int(hi)
+
+    # --- the mechanics -----------------------------------------------------------------------
+
+    def _enter_async(self) -> None:
+        from subvec._front import _State
+
+        if self._state is _State.IDLE:
+            slots = self._obs_slots
+            if slots is not None:  # the results are copied out: the block's own batch
+                slots.cell[0] = 0
+                self._obs_slot = 0
+                self._observations = slots.batches[0]
+            self._state = _State.ASYNC
+
+    def _leave_async_if_done(self) -> None:
+        from subvec._front import _State
+
+        if self._state is _State.ASYNC and not self._outstanding():
+            self._state = _State.IDLE
+
+    def _dispatch(self) -> None:
+        """Give every free unit that has actions queued one command for all of them."""
+        for index, queued in self._queued.items():
+            if not queued or index in self._flight:
+                continue
+            unit = next(u for u in self._units if u.index == index)
+            envs = sorted(queued)
+            payload = StepEnvsPayload([e - unit.lo for e in envs], [queued[e] for e in envs])
+            self._backend_of_unit[index].send(Command.STEP_ENVS, payload, units=[unit])
+            self._flight[index] = ("step", envs)
+            queued.clear()
+
+    def _collect_ready(self, timeout: float | None, *, wait: bool, hang: bool = False) -> None:
+        """Collect the units that have answered: wait (up to ``timeout``) for at least one
+        when ``wait``, else take only what is there. With ``hang``, a unit silent past the
+        timeout is a failure (as in lock-step), not a unit still in flight."""
+        busy = [u for u in self._units if u.index in self._flight]
+        failures: list[Failure] = []
+        outcomes: dict[int, Outcome] = {}
+        for backend in sorted(self._backends, key=lambda b: not b.inline):
+            mine = [u for u in busy if self._backend_of_unit[u.index] is backend]
+            if not mine:
+                continue
+            enough = 1 if wait and not outcomes else 0
+            got = backend.collect_ready(mine, enough, timeout, "waiting for recv")
+            outcomes.update(got.outcomes)
+            failures += got.failures
+            if hang and wait and not got.outcomes and not got.failures and timeout is not None:
+                failures += [
+                    Failure(u, "hung", f"no reply from {u.describe()} after {timeout:g} s")
+                    for u in mine
+                ]
+        for unit in self._units:
+            if unit.index in outcomes:
+                kind, envs = self._flight.pop(unit.index)
+                self._hold(unit, kind, envs, outcomes[unit.index])
+        if failures:
+            self._async_failures(failures, timeout)
+        self._dispatch()
+
+    def _hold(self, unit: Unit, kind: str, envs: list[int], outcome: Outcome) -> None:
+        """Copy each env's result out of the batch arrays and hold it for ``recv``."""
+        status, value = outcome
+        if status is Status.ERROR:  # the whole command failed: every env of it reports it
+            for env in envs:
+                self._ready[env] = EnvResult(None, 0.0, False, False, error=value)
+            return
+        infos, by_value, records = (None, None, None)
+        if status is Status.OK_PAYLOAD:
+            infos, by_value = value[0], value[1]
+            records = value[2] if len(value) > 2 else None
+        events: dict[int, list[dict[str, Any]]] = {}
+        for local, info in as_events(infos) if infos else ():
+            events.setdefault(unit.lo + local, []).append(info)
+        errors = {
+            unit.lo + local: proto.rebuild_remote_error(record, unit.pid)
+            for local, record in records or ()
+        }
+        obs_by_env = {unit.lo + local: obs for local, obs in by_value or ()}
+        for env in envs:
+            error = errors.get(env)
+            if error is not None:
+                self._ready[env] = EnvResult(None, 0.0, False, False, error=error)
+                continue
+            self._ready[env] = self._result(env, kind == "reset", events.get(env, []), obs_by_env)
+
+    def _result(
+        self, env: int, reset: bool, events: list[dict[str, Any]], by_value: dict[int, Any]
+    ) -> EnvResult:
+        if self._obs_shared:
+            obs = _copy_row(self._observations, env)
+        else:
+            obs = deepcopy(by_value[env]) if env in by_value else self._env_obs[env]
+            self._env_obs[env] = obs
+        if reset:
+            return EnvResult(obs, 0.0, False, False, events)
+        terminated = bool(self._terminations[env])
+        truncated = bool(self._truncations[env])
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            self._needs_reset[env] = terminated or truncated
+        if (terminated or truncated) and self._final_in_block:
+            rows = self._final_obs_rows
+            assert rows is not None
+            first = events[0] if events else {}
+            if "final_obs" not in first:  # an empty final info: the event was left implicit
+                events.insert(0, {"final_obs": FinalObsInBlock, "final_info": {}})
+            if events[0]["final_obs"] is FinalObsInBlock:
+                events[0]["final_obs"] = rows[env, ...].copy()
+        reward = float(self._rewards[env])
+        return EnvResult(obs, reward, terminated, truncated, events)
+
+    def _async_failures(self, failures: list[Failure], timeout: float | None) -> None:
+        """Dead (or, draining, hung) units: raise, or rebuild them and report their envs
+        truncated with ``worker_restarted``, as lock-step does."""
+        policy = self._policy
+        if not policy.can_restart:
+            for failure in failures:
+                self._flight.pop(failure.unit.index, None)
+            self._fail(failures, timeout)
+        for failure in failures:
+            index = failure.unit.index
+            backend = self._backend_of_unit[index]
+            got, again = policy.restart(backend, [failure], timeout, self._no_seeds)
+            if again:
+                self._fail(again, timeout)
+            self._units = sorted((u for b in self._backends for u in b.units), key=lambda u: u.lo)
+            unit = next(u for u in self._units if u.index == index)
+            _, flying = self._flight.pop(index, ("", []))
+            queued = self._queued.pop(index, {})
+            status, value = got[index]
+            infos = value[0] if status is Status.OK_PAYLOAD else None
+            events: dict[int, list[dict[str, Any]]] = {}
+            for local, info in as_events(infos) if infos else ():
+                events.setdefault(unit.lo + local, []).append(info)
+            by_value = {}
+            if status is Status.OK_PAYLOAD and value[1]:
+                by_value = {unit.lo + local: obs for local, obs in value[1]}
+            for env in range(unit.lo, unit.hi):
+                result = self._result(env, True, events.get(env, []), by_value)
+                result.truncated, result.restarted = True, True
+                if env in flying or env in queued:
+                    self._ready[env] = result
+                else:  # idle or held: reported when it is next sent an action
+                    self._after_restart[env] = result
+
+    @staticmethod
+    def _no_seeds(unit: Unit) -> list[int | None]:
+        return [None] * (unit.hi - unit.lo)
+
+    def _take(self, ids: Sequence[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Return the held results of ``ids`` as one batch (or raise the first's error)."""
+        for env in ids:
+            error = self._ready[env].error
+            if error is not None:
+                del self._ready[env]
+                self._leave_async_if_done()
+                raise error
+        results = [self._ready.pop(env) for env in ids]
+        self._leave_async_if_done()
+        k = len(results)
+        space = self.single_observation_space
+        out = create_empty_array(space, n=k, fn=np.zeros)
+        obs = concatenate(space, [r.obs for r in results], out) if k else out  # type: ignore[arg-type]
+        rewards = np.array([r.reward for r in results], dtype=np.float64)
+        terminations = np.array([r.terminated for r in results], dtype=np.bool_)
+        truncations = np.array([r.truncated for r in results], dtype=np.bool_)
+        merger = self._mergers.get(k)
+        if merger is None:
+            add_info = _Rows(k)._add_info  # type: ignore[misc]
+            merger = self._mergers[k] = make_merger(self.info_format, k, add_info)
+        parts = [(row, ([(0, e) for e in r.events], None)) for row, r in enumerate(results)]
+        restarted = [row for row, r in enumerate(results) if r.restarted]
+        infos = merger.merge([p for p in parts if p[1][0]], restarted)
+        env_ids = np.array(ids, dtype=np.int64)
+        if self.info_format == "list":
+            for row, info in enumerate(infos):
+                info["env_id"] = int(env_ids[row])
+        else:
+            infos["env_id"] = env_ids
+        self._last_ids = env_ids
+        return obs, rewards, terminations, truncations, infos

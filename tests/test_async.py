@@ -1,0 +1,324 @@
+"""Asynchronous stepping: async_reset / send / recv / drain, checked env by env against
+one-env vector envs stepped with the same seeds and actions (SyncVectorEnv for the gymnasium
+format; for the list and legacy formats a one-env lock-step SubprocVectorEnv, itself checked
+against SyncVectorEnv by the conformance suite)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from subvec import EnvError, RecvTimeoutError, SubprocVectorEnv, WorkerDiedError
+from tests.envs import CrashEnv, ZooEnv, make_zoo
+from tests.helpers import assert_same
+
+SEED = 11
+
+
+def row_info(infos: Any, row: int) -> Any:
+    """One row of a vector env's infos, as a plain dict (``_key`` masks applied), its keys
+    sorted: a batch's key order depends on which rows it merged, not on the env."""
+    if isinstance(infos, list):
+        return {k: v for k, v in sorted(infos[row].items()) if k != "env_id"}
+    out = {}
+    for key, value in infos.items():
+        if key.startswith("_") or key == "env_id":
+            continue
+        mask = infos.get(f"_{key}")
+        if isinstance(value, dict):
+            if mask is None or mask[row]:
+                out[key] = row_info(value, row)
+        elif mask is None or mask[row]:
+            out[key] = value[row]
+    return dict(sorted(out.items()))
+
+
+def _row(batch: Any, row: int) -> Any:
+    if isinstance(batch, dict):
+        return {k: _row(v, row) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_row(v, row) for v in batch)
+    return batch[row, ...]
+
+
+def _oracle(fn: Any, mode: AutoresetMode, info_format: str) -> Any:
+    if info_format == "gymnasium":
+        return SyncVectorEnv([fn], autoreset_mode=mode)
+    return SubprocVectorEnv([fn], num_workers=1, autoreset_mode=mode, info_format=info_format)
+
+
+def _expected(fns: list[Any], actions: list[list[Any]], mode: AutoresetMode, fmt: str) -> list:
+    """Per env: the reset, then one record per action, from a one-env vector env."""
+    out = []
+    for e, fn in enumerate(fns):
+        oracle = _oracle(fn, mode, fmt)
+        try:
+            obs, infos = oracle.reset(seed=SEED + e)
+            records = [(_row(obs, 0), 0.0, False, False, row_info(infos, 0))]
+            for action in actions[e]:
+                obs, rew, term, trunc, infos = oracle.step(np.array([action]))
+                records.append((_row(obs, 0), rew[0], term[0], trunc[0], row_info(infos, 0)))
+        finally:
+            oracle.close()
+        out.append(records)
+    return out
+
+
+def _record(got: dict[int, list], batch: tuple) -> list[int]:
+    obs, rew, term, trunc, infos = batch
+    ids = [infos[r]["env_id"] for r in range(len(infos))] if isinstance(infos, list) else None
+    ids = ids if ids is not None else infos["env_id"].tolist()
+    for r, env in enumerate(ids):
+        got.setdefault(env, []).append(
+            (_row(obs, r), rew[r], term[r], trunc[r], row_info(infos, r))
+        )
+    return ids
+
+
+def _compare(got: dict[int, list], want: list[list]) -> None:
+    for env, records in enumerate(want):
+        assert len(got[env]) == len(records), (env, len(got[env]), len(records))
+        for t, (mine, theirs) in enumerate(zip(got[env], records)):
+            assert_same(mine[0], theirs[0], f"env {env} record {t} obs")
+            assert float(mine[1]) == float(theirs[1]), (env, t, mine[1], theirs[1])
+            assert bool(mine[2]) == bool(theirs[2]) and bool(mine[3]) == bool(theirs[3])
+            assert_same(mine[4], theirs[4], f"env {env} record {t} infos")
+
+
+CASES = [
+    # (layout, mode, info_format, batch_size)
+    ({"num_workers": 2}, AutoresetMode.NEXT_STEP, "gymnasium", 2),
+    ({"envs_per_worker": 1}, AutoresetMode.SAME_STEP, "gymnasium", 3),
+    ({"num_workers": 1, "parent_envs": 2}, AutoresetMode.NEXT_STEP, "list", 1),
+    ({"num_workers": 2}, AutoresetMode.SAME_STEP, "list", 5),
+    ({"num_workers": 2, "shared_memory": False}, AutoresetMode.SAME_STEP, "legacy", 2),
+    ({"envs_per_worker": 2}, AutoresetMode.NEXT_STEP, "gymnasium", 4),
+]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("layout", "mode", "info_format", "batch_size"),
+    CASES,
+    ids=[f"{'-'.join(map(str, c[0].values()))}-{c[1].value}-{c[2]}-b{c[3]}" for c in CASES],
+)
+@pytest.mark.parametrize("space", ["dict_nest", "box_f32"])
+def test_each_envs_trajectory_matches_sync(
+    layout: dict[str, Any], mode: AutoresetMode, info_format: str, batch_size: int, space: str
+) -> None:
+    num_envs, steps = 5, 12
+    fns = [make_zoo(space) for _ in range(num_envs)]
+    rng = np.random.default_rng(3)
+    actions = [rng.integers(0, 3, size=steps).tolist() for _ in range(num_envs)]
+    want = _expected(fns, actions, mode, info_format)
+    envs = SubprocVectorEnv(
+        fns, autoreset_mode=mode, info_format=info_format, batch_size=batch_size, **layout
+    )
+    got: dict[int, list] = {}
+    sent = [0] * num_envs
+    try:
+        envs.async_reset(seed=SEED)
+        while envs.in_flight_env_ids or envs.ready_env_ids:
+            ids = _record(got, envs.recv())
+            assert len(ids) <= batch_size
+            todo = [e for e in ids if sent[e] < steps]
+            if todo:
+                envs.send(np.array([actions[e][sent[e]] for e in todo]), todo)
+                for e in todo:
+                    sent[e] += 1
+        _compare(got, want)
+        # Idle again: the lock-step contract works and continues each env's episode.
+        assert envs.drain()[0] is not None
+        envs.step(envs.action_space.sample())
+    finally:
+        envs.close()
+
+
+def _slow(seconds: float) -> Any:
+    def factory() -> ZooEnv:
+        return ZooEnv(step_seconds=seconds, max_steps=10**6, terminate_prob=0.0)
+
+    return factory
+
+
+@pytest.mark.timeout(60)
+def test_surplus_envs_are_held_and_returned_first() -> None:
+    envs = SubprocVectorEnv([_slow(0.0)] * 4, envs_per_worker=1, batch_size=2)
+    try:
+        envs.async_reset(seed=0)
+        first = envs.recv()[4]["env_id"].tolist()
+        time.sleep(0.3)  # every reset is in: the other two are held, not dropped
+        second = envs.recv(timeout=0.0)[4]["env_id"].tolist()
+        assert sorted(first + second) == [0, 1, 2, 3]
+        envs.send(np.zeros(2, dtype=np.int64), first)
+        time.sleep(0.3)
+        envs.send(np.zeros(2, dtype=np.int64), second)
+        # Both pairs are ready: the pair that got ready first comes back first.
+        assert sorted(envs.recv()[4]["env_id"].tolist()) == sorted(first)
+        assert sorted(envs.recv()[4]["env_id"].tolist()) == sorted(second)
+        with pytest.raises(NoAsyncCallError):
+            envs.recv()
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_recv_timeout_names_the_envs_in_flight_and_loses_nothing() -> None:
+    fns = [_slow(0.0), _slow(0.0), _slow(1.0)]
+    envs = SubprocVectorEnv(fns, envs_per_worker=1, batch_size=3)
+    try:
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.send(np.zeros(3, dtype=np.int64), [0, 1, 2])
+        with pytest.raises(RecvTimeoutError) as info:
+            envs.recv(timeout=0.3)
+        assert info.value.env_indices == (2,) and "still in flight" in str(info.value)
+        assert isinstance(info.value, TimeoutError)
+        assert envs.in_flight_env_ids == [2] and sorted(envs.ready_env_ids) == [0, 1]
+        ids = envs.recv(timeout=5.0)[4]["env_id"].tolist()
+        assert sorted(ids) == [0, 1, 2]
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_recv_bounds_and_nothing_in_flight() -> None:
+    envs = SubprocVectorEnv([_slow(0.0)] * 4, num_workers=2, batch_size=4)
+    try:
+        with pytest.raises(NoAsyncCallError):
+            envs.recv()
+        envs.async_reset(seed=1)
+        obs, rew, term, trunc, infos = envs.recv(min_envs=1, max_envs=2)
+        assert 1 <= len(infos["env_id"]) <= 2 and obs.shape[0] == len(rew) == len(term)
+        assert not term.any() and not trunc.any() and not rew.any()  # reset results
+        with pytest.raises(ValueError, match="min_envs must be an int in"):
+            envs.recv(min_envs=0)
+        rest = envs.drain()
+        assert sorted(infos["env_id"].tolist() + rest[4]["env_id"].tolist()) == [0, 1, 2, 3]
+        assert len(envs.drain()[1]) == 0  # nothing left: an empty batch
+        with pytest.raises(ValueError, match="batch_size must be an int in"):
+            SubprocVectorEnv([_slow(0.0)] * 2, batch_size=3)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_env_error_surfaces_from_its_recv_and_the_others_stay_queued() -> None:
+    fns = [_slow(0.0), lambda: CrashEnv("raise", at_step=1), _slow(0.0)]
+    envs = SubprocVectorEnv(fns, num_workers=1, batch_size=3)  # one unit steps all three
+    try:
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.send(np.zeros(3, dtype=np.int64), [0, 1, 2])
+        with pytest.raises(EnvError) as info:
+            envs.recv(min_envs=3)
+        assert isinstance(info.value, KeyError) and info.value.env_index == 1
+        assert sorted(envs.ready_env_ids) == [0, 2]  # the others' results are kept
+        ids = envs.recv(min_envs=2)[4]["env_id"].tolist()
+        assert ids == [0, 2]
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_lock_step_calls_while_in_flight_say_drain_and_send_refuses_bad_ids() -> None:
+    envs = SubprocVectorEnv([_slow(0.05)] * 3, num_workers=1, batch_size=1)
+    try:
+        envs.async_reset(seed=0)
+        for call in (lambda: envs.step(envs.action_space.sample()), envs.reset):
+            with pytest.raises(AlreadyPendingCallError, match="drain"):
+                call()
+        with pytest.raises(AlreadyPendingCallError, match="drain"):
+            envs.call("get_t")
+        ids = envs.recv()[4]["env_id"].tolist()
+        for bad, message in [
+            ([7], "out of range"),
+            ([ids[0], ids[0]], "repeat an env"),
+            ([e for e in range(3) if e not in ids][:1], "in flight or hold a result"),
+            ([], "empty"),
+        ]:
+            with pytest.raises(ValueError, match=message):
+                envs.send(np.zeros(max(len(bad), 1), dtype=np.int64), bad)
+        with pytest.raises(ValueError, match="expected 1 actions"):
+            envs.send(np.zeros(2, dtype=np.int64))
+        envs.send(np.zeros(1, dtype=np.int64))  # the last recv's envs by default
+        envs.drain()
+        t = envs.call("get_t")
+        assert t[ids[0]] == 1 and sum(t) == 1
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_disabled_mode_refuses_ended_envs_until_reset() -> None:
+    fns = [lambda: ZooEnv(max_steps=1)] * 2
+    envs = SubprocVectorEnv(fns, num_workers=1, autoreset_mode="disabled")
+    try:
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.send(np.zeros(2, dtype=np.int64), [0, 1])
+        assert envs.recv()[3].all()  # truncated after one step
+        with pytest.raises(ValueError, match="DISABLED"):
+            envs.send(np.zeros(1, dtype=np.int64), [0])
+        envs.async_reset(options={"reset_mask": np.array([True, False])})
+        assert envs.recv(max_envs=1)[4]["env_id"].tolist() == [0]
+        envs.send(np.zeros(1, dtype=np.int64), [0])
+        assert envs.recv()[4]["env_id"].tolist() == [0]
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_dead_worker_raises_or_comes_back_truncated() -> None:
+    fns = [_slow(0.0), lambda: CrashEnv("kill", at_step=1), _slow(0.0)]
+    envs = SubprocVectorEnv(fns, envs_per_worker=1, batch_size=3)
+    try:
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.send(np.zeros(3, dtype=np.int64), [0, 1, 2])
+        with pytest.raises(WorkerDiedError, match="env 1"):
+            envs.recv()
+    finally:
+        envs.close()
+    envs = SubprocVectorEnv(fns, envs_per_worker=1, batch_size=3, on_worker_failure="restart")
+    try:
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.send(np.zeros(3, dtype=np.int64), [0, 1, 2])
+        _, rew, term, trunc, infos = envs.recv()
+        row = infos["env_id"].tolist().index(1)
+        assert trunc[row] and not term[row] and rew[row] == 0.0
+        assert infos["worker_restarted"][row] and infos["_worker_restarted"].sum() == 1
+        assert len(envs.restarts) == 1
+        envs.send(np.zeros(3, dtype=np.int64))  # the rebuilt env steps on
+        assert sorted(envs.recv()[4]["env_id"].tolist()) == [0, 1, 2]
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_image_observations_and_slots_after_async() -> None:
+    image = spaces.Box(0, 255, (48, 48, 3), np.uint8)  # large enough for observation slots
+
+    def fn() -> ZooEnv:
+        return ZooEnv(image, max_steps=10**6, terminate_prob=0.2)
+
+    envs = SubprocVectorEnv([fn] * 4, num_workers=2, batch_size=2)
+    oracle = SyncVectorEnv([fn] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
+    try:
+        assert envs.block_plan.obs_slots > 0
+        assert_same(envs.reset(seed=5), oracle.reset(seed=5), "lock-step reset")
+        envs.send(np.zeros(4, dtype=np.int64), [0, 1, 2, 3])  # async from an idle env
+        obs, *_, infos = envs.drain()
+        want = oracle.step(np.zeros(4, dtype=np.int64))
+        assert_same(obs[np.argsort(infos["env_id"])], want[0], "async step")
+        assert_same(envs.step(np.ones(4, dtype=np.int64)), oracle.step(np.ones(4, dtype=np.int64)))
+    finally:
+        envs.close()
+        oracle.close()
