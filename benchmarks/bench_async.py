@@ -73,7 +73,7 @@ class Args:
     repeats: int = 3
     """how many times every configuration runs (medians are reported)"""
     duration: float = 3.0
-    """seconds of timed stepping per configuration (the waits workload: twice that)"""
+    """seconds of timed stepping per configuration"""
     warmup: float = 0.5
     """seconds of untimed stepping before the timed window"""
     workloads: str = "waits,lognormal,policy"
@@ -597,8 +597,7 @@ def sweep(args: Args) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                     "num_envs": n,
                     "layout": layout,
                     "batch_size": batch_size_of(impl, n),
-                    # the waits workload's episodes cycle every ~0.1 s per env: a longer window
-                    "duration": duration * (2 if name == "waits" and not quick else 1),
+                    "duration": duration,
                     "warmup": warmup,
                     "seed": args.seed + rep,
                     "timeout": args.run_timeout,
@@ -718,8 +717,7 @@ def markdown(facts: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"Machine: {facts['nproc']} CPUs ({facts['usable_cpus']} usable), {facts['cpu_model']}, "
         f"Python {facts['python']}, gymnasium {facts['gymnasium']}, load average at start "
         + ", ".join(f"{v:.2f}" for v in facts["load_avg"])
-        + f"; {facts['repeats']} repeats of {facts['duration_s']:g} s (the waits workload: "
-        f"{2 * facts['duration_s'] if not facts['quick'] else facts['duration_s']:g} s) after "
+        + f"; {facts['repeats']} repeats of {facts['duration_s']:g} s after "
         f"{facts['warmup_s']:g} s of warm-up, medians; {facts['date']}, commit {facts['git']}; "
         f"the run took {facts.get('wall_min', '?')} min, {facts.get('waited_min', 0)} of them "
         f"waiting for other processes to leave the cores. PufferLib: {facts['puffer']}.",
