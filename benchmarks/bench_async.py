@@ -1,8 +1,11 @@
 """Asynchronous first-k-ready stepping (``send``/``recv``) against lock-step and the limit.
 
-    python benchmarks/bench_async.py                       # the measured run (about 6 minutes)
+    python benchmarks/bench_async.py                       # the measured run (about 9 minutes)
     python benchmarks/bench_async.py --repeats 5           # more repeats
-    python benchmarks/bench_async.py --quick --out-dir /tmp/x   # seconds: a smoke run
+    python benchmarks/bench_async.py --quick --out-dir /tmp/x   # a smoke run: 4 envs, seconds
+
+``--quick`` never writes to benchmarks/results: without ``--out-dir`` it writes to a new
+temporary directory.
 
 Three workloads, each with its implementations side by side in one run:
 
@@ -13,9 +16,11 @@ Three workloads, each with its implementations side by side in one run:
   real run (with every env resetting on the same step, lock-step would lose nothing).
   Implementations: subvec ``recv``/``send`` with ``batch_size`` 8 and 4, subvec lock-step
   ``step()``, gymnasium's ``AsyncVectorEnv``, PufferLib's ``Multiprocessing`` (its own
-  first-k-ready ``recv``/``send``, batch_size 8, 16 workers; run in a second venv given by
-  ``--peers-python``, skipped with a note where it does not run), and ``limit``: 16
-  processes, each stepping its own env in a loop with no IPC (the sum of their rates).
+  ``recv``/``send``, batch_size 8, its defaults otherwise; with 16 workers of one env, as
+  subvec's rows, and with 2 workers of 8 envs, one a core as PufferLib recommends; run in a
+  second venv given by ``--peers-python``, skipped with a note where it does not run), and
+  ``limit``: 16 processes, each stepping its own env in a loop with no IPC (the sum of their
+  rates).
 - ``lognormal`` (CPU-bound stragglers): 16 envs on 2 workers; each step busy-loops for a
   lognormal draw (median 200 us, sigma 0.5) of the thread's own CPU time (``time.thread_time``,
   so that a process that is descheduled does not count the wait as work); episodes of 500
