@@ -26,6 +26,12 @@ EXAMPLES = [
         ["torch"],
         "episodic_return=",
     ),
+    (
+        "async_ppo.py",
+        ["--total-timesteps", "4096", "--num-envs", "4", "--recv-batch", "2", "--num-steps", "256"],
+        ["torch"],
+        "mean_return_last_20=",
+    ),
     ("simpy_queue.py", ["--num-envs", "3", "--hours", "1"], ["simpy"], "rule of thumb"),
     ("custom_env.py", ["--num-envs", "3", "--size", "4"], [], "caught RuntimeError from env 1"),
 ]
