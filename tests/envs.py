@@ -197,6 +197,11 @@ class CrashEnv(ZooEnv):
             raise ValueError("bad reset option")
         return super().reset(seed=seed, options=options)
 
+    def close(self) -> None:
+        if self.how == "raise_on_close":
+            raise OSError("cannot close")
+        super().close()
+
     def explode(self, message: str) -> None:
         raise RuntimeError(message)
 

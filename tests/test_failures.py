@@ -601,6 +601,21 @@ def test_close_is_bounded_and_idempotent_from_every_state(state: str) -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("parent_envs", [0, 2])
+def test_an_env_close_error_names_the_env_that_raised(parent_envs: int) -> None:
+    # Env 2 is the first of the last two envs (worker 1's, or the parent's own): the report
+    # names it, not the env closed last.
+    fns = crash_fns(4, 2, "raise_on_close")
+    envs = SubprocVectorEnv(fns, num_workers=2 - parent_envs // 2, parent_envs=parent_envs)
+    envs.reset(seed=0)
+    with pytest.raises(OSError, match="cannot close") as info:
+        envs.close()
+    assert isinstance(info.value, EnvError) and info.value.command == "close"
+    assert info.value.env_index == 2 and "env 2" in str(info.value)
+    assert envs.closed
+
+
+@pytest.mark.timeout(60)
 def test_state_misuse_raises_gymnasiums_errors() -> None:
     envs = SubprocVectorEnv([make_zoo("box_f32")] * 2, num_workers=2)
     try:
