@@ -285,3 +285,18 @@ class SilentEnv(ZooEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, _ = super().reset(seed=seed, options=options)
         return obs, {}
+
+
+class BigIntInfoEnv(ZooEnv):
+    """Reports ``{"big": value}`` in the infos of its first step (``nested``: as
+    ``{"n": {"deep": value}}``) and ``{"big": 1}`` (or nested 1) on the others."""
+
+    def __init__(self, value: int, nested: bool = False, **kw: Any) -> None:
+        super().__init__(quiet=True, **kw)
+        self.value, self.nested = value, nested
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, _ = super().step(action)
+        value = self.value if self.t == 1 else 1
+        info: dict[str, Any] = {"n": {"deep": value}} if self.nested else {"big": value}
+        return obs, reward, terminated, truncated, info

@@ -35,7 +35,7 @@ from subvec import (
 )
 from subvec._shm import SEGMENT_PREFIX, list_segments, remove_stale_segments
 from subvec.errors import RemoteTraceback
-from tests.envs import UnpicklableInfoEnv, ZooEnv, crash_fns, make_zoo
+from tests.envs import BigIntInfoEnv, UnpicklableInfoEnv, ZooEnv, crash_fns, make_zoo
 from tests.helpers import assert_same
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -485,6 +485,50 @@ def test_an_info_that_cannot_be_sent_names_the_env_and_loses_nothing() -> None:
         assert info.value.env_index == 2 and "env 2" in str(info.value)
         envs.step(actions)  # the env and its worker are fine: the next step goes through
         assert envs.get_attr("t") == (3, 3, 3, 3)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("info_format", "nested", "value"),
+    [
+        ("gymnasium", False, 2**70),
+        ("gymnasium", True, -(2**70)),
+        ("legacy", False, 2**63),
+        ("list", False, 2**70),
+    ],
+)
+def test_an_info_int_beyond_int64_is_a_clear_error_as_sync_fails(
+    info_format: str, nested: bool, value: int
+) -> None:
+    # gymnasium's merge stores ints in an int64 array: SyncVectorEnv raises a bare
+    # OverflowError. The same type here, naming the env and the key; the list format keeps
+    # the int as it is. The next step (plain ints again) goes through.
+    fns = [
+        lambda: BigIntInfoEnv(1, nested, max_steps=10**6, terminate_prob=0.0),
+        lambda: BigIntInfoEnv(value, nested, max_steps=10**6, terminate_prob=0.0),
+    ]
+    envs = SubprocVectorEnv(fns, num_workers=2, info_format=info_format)
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        if info_format == "list":
+            infos = envs.step(actions)[4]
+            assert infos[1] == {"big": value} and type(infos[1]["big"]) is int
+        else:
+            sync = gym.vector.SyncVectorEnv(fns)
+            sync.reset(seed=0)
+            with pytest.raises(OverflowError):
+                sync.step(actions)
+            sync.close()
+            key = "'n' -> 'deep'" if nested else "'big'"
+            with pytest.raises(OverflowError, match=f"env 1: info {key} = {value}") as info:
+                envs.step(actions)
+            assert "int64" in str(info.value)
+        infos = envs.step(actions)[4]
+        if info_format == "gymnasium" and not nested:
+            assert list(infos["big"]) == [1, 1]
     finally:
         envs.close()
 
