@@ -13,6 +13,7 @@ to every backend the same way:
   answer in time; ``None`` when every unit answered a plain OK (everything is in the batch
   arrays already: the usual step);
 - ``restart(unit, timeout)``: a fresh unit for the same envs, built but not reset;
+- ``dead()``: the units whose process has exited (none for in-process units);
 - ``close(timeout, terminate)``: stop every unit within a bound and release everything.
 
 An *inline* backend does its work inside ``collect`` (the parent's own envs): the front
@@ -103,5 +104,7 @@ class Backend(Protocol):
     ) -> Collected | None: ...
 
     def restart(self, unit: Any, timeout: float | None) -> Unit: ...
+
+    def dead(self) -> list[Any]: ...
 
     def close(self, timeout: float, terminate: bool) -> BaseException | None: ...

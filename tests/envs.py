@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -285,6 +286,50 @@ class SilentEnv(ZooEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, _ = super().reset(seed=seed, options=options)
         return obs, {}
+
+
+class RecordObs(gym.Wrapper[Any, Any, Any, Any]):
+    """Keeps the last observation its env returned (from reset or step) as ``last_obs``."""
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.last_obs: Any = None
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, info = self.env.reset(**kwargs)
+        self.last_obs = obs
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        result = self.env.step(action)
+        self.last_obs = result[0]
+        return result
+
+
+def checked(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+    """``env`` behind gymnasium's order checks, as ``gym.make`` builds it: stepping before the
+    first reset raises ``ResetNeeded``."""
+    return gym.wrappers.PassiveEnvChecker(gym.wrappers.OrderEnforcing(RecordObs(env)))
+
+
+class BuildOnce:
+    """A picklable factory whose first build succeeds and whose later ones (a replacement
+    worker's) do as ``how`` says: ``"raise"`` a ValueError, ``"hang"``, or build again (``""``).
+    The marker file that tells them apart is created by the first build."""
+
+    def __init__(self, marker: str, how: str, make: Callable[[], gym.Env[Any, Any]]) -> None:
+        self.marker, self.how, self.make = marker, how, make
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        if os.path.exists(self.marker):
+            if self.how == "raise":
+                raise ValueError("this env cannot be built again")
+            if self.how == "hang":
+                time.sleep(3600)
+        else:
+            with open(self.marker, "w"):
+                pass
+        return self.make()
 
 
 class BigIntInfoEnv(ZooEnv):
