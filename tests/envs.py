@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -330,6 +331,37 @@ class BuildOnce:
             with open(self.marker, "w"):
                 pass
         return self.make()
+
+
+def exit_after_next_write() -> None:
+    """Make this process exit with code 3 right after its next ``os.write`` returns: in a
+    worker, the write of its reply. The reply is then in the pipe when the process is gone, so
+    the parent's next wait sees both at once (no timing involved)."""
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_return" and arg is os.write:
+            os._exit(3)
+
+    sys.setprofile(hook)
+
+
+class ExitAfterReplyEnv(ZooEnv):
+    """Its worker exits right after replying to step ``at_step``, or to a call of
+    :meth:`exit_after_reply`."""
+
+    def __init__(self, at_step: int = 0, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.at_step = at_step
+
+    def step(self, action: Any):
+        result = super().step(action)
+        if self.t == self.at_step:
+            exit_after_next_write()
+        return result
+
+    def exit_after_reply(self) -> int:
+        exit_after_next_write()
+        return self.t
 
 
 class BigIntInfoEnv(ZooEnv):

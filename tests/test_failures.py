@@ -33,12 +33,14 @@ from subvec import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from subvec._protocol import CallPayload, Command, Status
 from subvec._shm import SEGMENT_PREFIX, list_segments, remove_stale_segments
 from subvec.errors import RemoteTraceback
 from tests.envs import (
     BigIntInfoEnv,
     BuildOnce,
     CrashEnv,
+    ExitAfterReplyEnv,
     UnpicklableInfoEnv,
     ZooEnv,
     checked,
@@ -825,6 +827,50 @@ def test_close_is_bounded_and_idempotent_from_every_state(state: str) -> None:
     assert envs.closed
     with pytest.raises(ClosedEnvironmentError):
         envs.step(actions)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cpus", [2, 8], ids=["partner", "all_spin"])
+def test_a_reply_and_the_exit_in_one_wait_then_close_releases_everything(
+    cpus: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Worker 1 exits right after replying to step 2 (tests.envs.exit_after_next_write): its
+    # reply, its EOF and its sentinel are all ready at the parent's next wait.
+    monkeypatch.setattr("subvec.vector.usable_cpus", lambda: cpus)
+    fns: list[Any] = [endless, lambda: ExitAfterReplyEnv(2, max_steps=10**6, terminate_prob=0)]
+    envs = SubprocVectorEnv(fns, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        envs.step(actions)
+        pid = worker_pids(envs)[1]
+        envs.step_async(actions)
+        assert wait_until(lambda: gone(pid), 5)
+        envs.step_wait()  # its reply came in whole: the step went through
+        with pytest.raises(WorkerDiedError, match="exit code 3"):
+            envs.step(actions)
+    finally:
+        envs.close()  # never raises from bookkeeping; the fixtures check what it released
+
+
+@pytest.mark.timeout(60)
+def test_a_reply_and_the_exit_in_one_wait_of_some_workers() -> None:
+    # A wait for some workers only (closing, restarting, rebuilding) keeps a poll object of
+    # its own: a reply and the exit of its worker in one poll must be taken once each. Driven
+    # through the backend's face: no public call waits for one worker right after it exited.
+    fns: list[Any] = [endless, lambda: ExitAfterReplyEnv(max_steps=10**6, terminate_prob=0)]
+    envs = SubprocVectorEnv(fns, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        pool = envs._pool
+        worker = pool.workers[1]
+        pool.send(Command.CALL, CallPayload("exit_after_reply", (), {}), units=[worker])
+        assert wait_until(lambda: gone(worker.process.pid), 5)
+        got = pool.collect(5.0, "testing", units=[worker])
+        assert got is not None and not got.failures
+        assert got.outcomes[1] == (Status.OK_PAYLOAD, [0])
+    finally:
+        envs.close()
 
 
 @pytest.mark.timeout(60)
