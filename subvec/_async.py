@@ -19,7 +19,7 @@ a time in their unit, whatever the others do.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -109,6 +109,9 @@ class AsyncStepping:
         def _begin_async(self, method: str) -> None: ...
         def _check_reset_mask(self, reset_mask: Any) -> np.ndarray: ...
         def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
+        def _break(self, units: Iterable[int], reason: str) -> None: ...
+        def _build_timeout(self, timeout: float | None) -> float | None: ...
+        def _all_units(self) -> list[Unit]: ...
 
     def _start_async(self) -> None:
         n = self.num_envs
@@ -444,10 +447,16 @@ class AsyncStepping:
         for failure in failures:
             index = failure.unit.index
             backend = self._backend_of_unit[index]
-            got, again = policy.restart(backend, [failure], timeout, self._no_seeds)
-            if again:
-                self._fail(again, timeout)
-            self._units = sorted((u for b in self._backends for u in b.units), key=lambda u: u.lo)
+            done = policy.restart(
+                backend, [failure], timeout, self._build_timeout(timeout), self._no_seeds
+            )
+            if done.error is not None:
+                self._flight.pop(index, None)
+                self._units = self._all_units()
+                self._break([index], done.reason)
+                raise done.error
+            got = done.outcomes
+            self._units = self._all_units()
             unit = next(u for u in self._units if u.index == index)
             _, flying = self._flight.pop(index, ("", []))
             queued = self._queued.pop(index, {})

@@ -15,6 +15,7 @@ to every backend the same way:
 - ``collect_ready(units, enough, timeout)``: asynchronous stepping's wait: return once at
   least ``enough`` of ``units`` answered (or ``timeout`` passed), leaving the others in flight;
 - ``restart(unit, timeout)``: a fresh unit for the same envs, built but not reset;
+- ``dead()``: the units whose process has exited (none for in-process units);
 - ``close(timeout, terminate)``: stop every unit within a bound and release everything.
 
 An *inline* backend does its work inside ``collect`` (the parent's own envs): the front
@@ -109,5 +110,7 @@ class Backend(Protocol):
     ) -> Collected: ...
 
     def restart(self, unit: Any, timeout: float | None) -> Unit: ...
+
+    def dead(self) -> list[Any]: ...
 
     def close(self, timeout: float, terminate: bool) -> BaseException | None: ...

@@ -5,24 +5,26 @@ is kept here, apart from the wait that found them, as CPython's process pool kee
 ``terminate_broken`` apart from its wait.
 
 - ``"raise"``: a death breaks the vector env (only ``close()``, or a ``reset()`` that rebuilds
-  the dead units, is allowed after it); a hang returns it to idle, the stuck units' late
+  the failed units, is allowed after it); a hang returns it to idle, the stuck units' late
   replies being dropped by sequence number. Either raises.
-- ``"restart"``: each failed unit is replaced and, for a step or reset, its envs reset; the
-  call then reports them truncated with ``worker_restarted``. A failed call cannot be replayed
-  (it may not be idempotent) and raises, the vector env staying usable.
+- ``"restart"``: each failed unit is replaced and its envs reset (fresh entropy, or the seeds of
+  the reset that failed); a step or reset then reports them truncated with
+  ``worker_restarted``. A failed call cannot be replayed (it may not be idempotent) and
+  raises, the vector env staying usable. A replacement that cannot be built or reset within
+  the bound breaks the vector env, and still counts against ``max_restarts``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from subvec._backend import PLAIN, Backend, Failure, Outcome, Unit
 from subvec._protocol import Command, ResetPayload
 from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note
 
-__all__ = ["DEFAULT_MAX_RESTARTS", "FailurePolicy", "RestartRecord"]
+__all__ = ["BROKEN_ADVICE", "DEFAULT_MAX_RESTARTS", "FailurePolicy", "RestartRecord", "Restarted"]
 
 #: Restarts allowed over the life of a vector env with on_worker_failure="restart".
 DEFAULT_MAX_RESTARTS = 100
@@ -30,12 +32,29 @@ DEFAULT_MAX_RESTARTS = 100
 
 @dataclass(frozen=True)
 class RestartRecord:
-    """One worker replacement: which worker, which envs, why, and when (monotonic)."""
+    """One worker replacement: which worker, which envs, why, and when (monotonic). The
+    reason of a replacement that failed to start ends with ``its replacement failed: ...``."""
 
     worker: int
     env_indices: tuple[int, ...]
     reason: str
     time: float
+
+
+@dataclass
+class Restarted:
+    """What :meth:`FailurePolicy.restart` did for one backend's failed units."""
+
+    #: the resets' outcomes by unit index (the restarted units' answers)
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    #: why the vector env cannot continue (a replacement failed to start or to reset), or None
+    error: BaseException | None = None
+    #: what broke it, for the errors every later call raises
+    reason: str = ""
+
+
+#: What an error says the vector env can still do once it is broken.
+BROKEN_ADVICE = "the vector env is broken: reset() rebuilds the failed workers, or close() it"
 
 
 class FailurePolicy:
@@ -48,6 +67,7 @@ class FailurePolicy:
             )
         self.mode = on_worker_failure
         self.max_restarts = int(max_restarts)
+        #: every replacement, the failed ones included (each counts against max_restarts)
         self.restarts: list[RestartRecord] = []
 
     @property
@@ -62,11 +82,11 @@ class FailurePolicy:
         env is broken by them (a death, or restarts used up) rather than back to idle."""
         first = failures[0]
         error = first.to_error(timeout or 0.0)
-        if self.mode == "restart":
+        if self.mode == "restart" and not self.can_restart:
             add_note(error, f"max_restarts={self.max_restarts} restarts are used up")
         broken = first.kind == "died" or self.mode == "restart"
         if broken:
-            error.args = (first.message + "; the vector env cannot continue: close() it",)
+            error.args = (f"{first.message}; {BROKEN_ADVICE}",)
         else:
             error.args = (
                 first.message + ". Their envs are in an undefined state: reset them, or "
@@ -81,33 +101,53 @@ class FailurePolicy:
         backend: Backend,
         failures: Sequence[Failure],
         timeout: float | None,
-        seeds: Callable[[Unit], Sequence[int | None]] | None,
-    ) -> tuple[dict[int, Outcome], list[Failure]]:
-        """Replace each failed unit; with ``seeds`` (a step or reset), reset its envs with
-        those seeds and take that reset's outcome as the unit's answer.
+        build_timeout: float | None,
+        seeds: Callable[[Unit], Sequence[int | None]],
+    ) -> Restarted:
+        """Replace each failed unit (building its envs within ``build_timeout``) and reset its
+        envs with ``seeds(unit)`` (within ``timeout``), taking that reset's outcome as the
+        unit's answer. Every replacement is recorded, the failed ones too.
 
         Returns:
-            The resets' outcomes by unit index, and the failures met while resetting.
-
-        Raises:
-            WorkerDiedError, WorkerTimeoutError, EnvError: a replacement failed to start.
+            The resets' outcomes; and, when a replacement failed to start or to reset, the
+            error that breaks the vector env (the units after it are left as they are).
         """
-        outcomes: dict[int, Outcome] = {}
+        done = Restarted()
         for failure in failures:
-            unit = backend.restart(failure.unit, timeout)
-            envs = tuple(range(unit.lo, unit.hi))
+            envs = tuple(range(failure.unit.lo, failure.unit.hi))
+            try:
+                unit = backend.restart(failure.unit, build_timeout)
+            except Exception as exc:  # the factory raised, or the new worker died or hung
+                reason = f"{failure.message}; its replacement failed: {_first_line(exc)}"
+                self.restarts.append(
+                    RestartRecord(failure.unit.index, envs, reason, time.monotonic())
+                )
+                done.error = failure.to_error(timeout or 0.0)
+                done.error.args = (f"{reason}; {BROKEN_ADVICE}",)
+                done.error.__cause__ = exc
+                done.reason = reason
+                return done
             self.restarts.append(RestartRecord(unit.index, envs, failure.message, time.monotonic()))
-            if seeds is None:
-                continue
             backend.send(Command.RESET, ResetPayload(seeds(unit), None, None), units=[unit])
             got = backend.collect(timeout, "resetting a restarted worker", units=[unit])
             if got is not None and got.failures:
-                return outcomes, got.failures
-            outcomes[unit.index] = got.outcomes[unit.index] if got is not None else PLAIN
-        return outcomes, []
+                done.error, _ = self.error(got.failures, timeout)
+                done.reason = got.failures[0].message
+                return done
+            done.outcomes[unit.index] = got.outcomes[unit.index] if got is not None else PLAIN
+        return done
 
     def call_error(self, failures: Sequence[Failure], timeout: float | None) -> BaseException:
         """The error a call met by a restart raises (the restarted units cannot replay it)."""
         error = failures[0].to_error(timeout or 0.0)
-        add_note(error, "the worker was restarted and the vector env remains usable")
+        add_note(
+            error,
+            "the worker was restarted and its envs reset; the vector env remains usable and "
+            "the next step reports those envs truncated with infos['worker_restarted']",
+        )
         return error
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

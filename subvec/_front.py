@@ -17,6 +17,7 @@ SyncVectorEnv would. A subclass builds the backends and binds the batch arrays
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Iterable, Sequence
 from copy import deepcopy
 from typing import Any
@@ -44,7 +45,7 @@ from subvec._merge import InfoMerger, Part, make_merger
 from subvec._protocol import CallPayload, Command, ResetPayload, SetAttrPayload, Status
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
-from subvec.errors import BrokenVectorEnvError
+from subvec.errors import BrokenVectorEnvError, add_note
 
 __all__ = ["VectorFront"]
 
@@ -115,9 +116,13 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         on_worker_failure: str,
         max_restarts: int,
         batch_size: int | None = None,
+        start_timeout: float | None = None,
     ) -> None:
         """Check and keep the options every backend shares (before any backend starts)."""
         self._policy = FailurePolicy(on_worker_failure, max_restarts)
+        #: bound on building envs: at construction, and for a replacement (else the call's)
+        self.start_timeout = start_timeout
+        self._rebuilds: list[RestartRecord] = []
         self.num_envs = num_envs
         if batch_size is None:
             batch_size = num_envs
@@ -223,8 +228,17 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         else:
             self._observations = create_empty_array(self.single_observation_space, n=n, fn=np.zeros)
         self._needs_reset = np.zeros(n, dtype=np.bool_)
+        #: the envs the result being built reports truncated (a step) with worker_restarted
         self._restarted = np.zeros(n, dtype=np.bool_)
+        #: whether the restart bookkeeping has anything to do (the steady step checks only this)
         self._any_restarted = False
+        #: units restarted during a call, by index: their reset's outcome, which the next
+        #: step reports instead of stepping them (or the next reset flags them)
+        self._pending: dict[int, Outcome] = {}
+        #: units this step does not send to, and their answers (taken from ``_pending``)
+        self._answered: dict[int, Outcome] = {}
+        #: the units a broken vector env has lost, by index (``reset()`` rebuilds them)
+        self._broken_units: set[int] = set()
         self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
         self._env_obs: list[Any] = [None] * n
         self._start_async()
@@ -243,8 +257,26 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
 
     @property
     def restarts(self) -> list[RestartRecord]:
-        """Every worker replacement so far, oldest first."""
+        """Every worker replacement ``on_worker_failure="restart"`` made so far, oldest first,
+        the ones that failed to start included (each counts against ``max_restarts``)."""
         return self._policy.restarts
+
+    @property
+    def rebuilds(self) -> list[RestartRecord]:
+        """Every worker that ``reset()`` rebuilt after the vector env broke, oldest first (not
+        restarts: they do not count against ``max_restarts``)."""
+        return self._rebuilds
+
+    def _build_timeout(self, timeout: float | None) -> float | None:
+        """The bound on building a replacement's envs: ``start_timeout`` when given, else the
+        bound of the call that met the failure."""
+        return self.start_timeout if self.start_timeout is not None else timeout
+
+    def _all_units(self) -> list[Unit]:
+        return sorted((u for b in self._backends for u in b.units), key=lambda u: u.lo)
+
+    def _unit(self, index: int) -> Unit:
+        return next(u for u in self._units if u.index == index)
 
     # --- state checks ------------------------------------------------------------------------
 
@@ -255,7 +287,8 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             )
         if self._state is _State.BROKEN:
             raise BrokenVectorEnvError(
-                f"the vector env is broken ({self._broken_reason}); only close() is allowed"
+                f"the vector env is broken ({self._broken_reason}); reset() rebuilds the failed "
+                "workers and resets every env, or close() it"
             )
 
     def _begin(self, state: _State) -> None:
@@ -294,8 +327,10 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
     # --- sending and collecting --------------------------------------------------------------
 
     def _send(self, command: Command, payload: Any = None, per_unit: Any = None) -> None:
+        skip = self._answered
         for backend in self._backends:
-            backend.send(command, payload, per_unit=per_unit)
+            units = [u for u in backend.units if u.index not in skip] if skip else None
+            backend.send(command, payload, per_unit=per_unit, units=units)
 
     def _collect(self, state: _State, timeout: float | None) -> list[Part]:
         """Wait for every unit's answer to the pending call and return the parts that say
@@ -309,37 +344,56 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             timeout = self.default_timeout
         restart = self._policy.can_restart
         what = _WAITING[state]
+        # Units restarted during a call answer this step with their reset (see step_async).
+        answered = self._answered
+        if answered:
+            self._answered = {}
         try:
             collected = [
-                b.collect(timeout, what, stop_at_death=not restart) for b in self._collect_order
+                b.collect(
+                    timeout,
+                    what,
+                    units=[u for u in b.units if u.index not in answered] if answered else None,
+                    stop_at_death=not restart,
+                )
+                for b in self._collect_order
             ]
         except KeyboardInterrupt:
             # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
             self._state = _State.IDLE
+            self._pending = {**answered, **self._pending}  # still to be reported
             raise
         got = [c for c in collected if c is not None]
-        if not got:  # every unit said a plain OK
+        if not got and not answered:  # every unit said a plain OK
             self._state = _State.IDLE
             return self._block_parts(self._units) if state is _State.WAITING_STEP else []
-        if len(got) == 1:
+        if len(got) == 1 and not answered:
             return self._parts(state, got[0], timeout, restart)
-        outcomes: dict[int, Outcome] = {}
+        outcomes: dict[int, Outcome] = dict(answered)
         failures: list[Failure] = []
         for c in got:
             outcomes.update(c.outcomes)
             failures += c.failures
-        return self._parts(state, Collected(outcomes, failures), timeout, restart)
+        return self._parts(state, Collected(outcomes, failures), timeout, restart, answered)
 
     def _parts(
-        self, state: _State, collected: Collected, timeout: float | None, restart: bool
+        self,
+        state: _State,
+        collected: Collected,
+        timeout: float | None,
+        restart: bool,
+        answered: dict[int, Outcome] | None = None,
     ) -> list[Part]:
-        """The second half of ``_collect``: failures, then the outcomes that say something."""
+        """The second half of ``_collect``: failures, then the outcomes that say something.
+        ``answered``: the units that answered with a restart's reset (their outcomes are in
+        ``collected`` already)."""
         outcomes, failures = collected.outcomes, collected.failures
-        recovered: dict[int, Outcome] = {}
+        recovered: dict[int, Outcome] = dict(answered) if answered else {}
         if failures:
             if restart:
-                recovered = self._recover(state, failures, timeout)
-                outcomes.update(recovered)
+                restarted = self._recover(state, failures, timeout)
+                outcomes.update(restarted)
+                recovered.update(restarted)
             else:
                 self._fail(failures, timeout)
         self._state = _State.IDLE
@@ -362,19 +416,30 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
     def _fail(self, failures: list[Failure], timeout: float | None) -> None:
         error, broken = self._policy.error(failures, timeout)
         if broken:
-            self._state = _State.BROKEN
-            self._broken_reason = failures[0].message
+            self._break([f.unit.index for f in failures], failures[0].message)
         else:
             self._state = _State.IDLE  # the late replies of the stuck units will be dropped
         raise error
 
+    def _break(self, units: Iterable[int], reason: str) -> None:
+        """Broken: every call but ``close()`` and a rebuilding ``reset()`` raises."""
+        self._state = _State.BROKEN
+        self._broken_units.update(units)
+        self._broken_reason = reason
+
     def _recover(
         self, state: _State, failures: list[Failure], timeout: float | None
     ) -> dict[int, Outcome]:
-        """Replace each failed unit; for a step or reset, reset its envs and return that
+        """Replace each failed unit and reset its envs; for a step or reset, return that
         reset's outcome as the unit's answer. The step then reports those envs truncated with
         reward 0 and ``worker_restarted`` in their infos: nothing about the lost transition is
-        made up. A failed call cannot be replayed and raises."""
+        made up. A failed call cannot be replayed and raises; its restarted units are reset
+        all the same, and the next step reports them as a step's restart would.
+
+        A replacement that cannot be built (its factory raises, dies or hangs past the bound)
+        or reset breaks the vector env: the error says so, and ``reset()`` rebuilds the units
+        it lost.
+        """
         request = self._reset_request if state is _State.WAITING_RESET else None
 
         def seeds(unit: Unit) -> Sequence[int | None]:
@@ -382,26 +447,52 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
                 return [None] * (unit.hi - unit.lo)
             return request[0][unit.lo : unit.hi]
 
+        call = state is _State.WAITING_CALL
+        if call and self._obs_slots is not None:
+            self._fresh_obs_slot()  # the resets below must not write into the caller's batch
         by_unit: dict[int, list[Failure]] = {}
         for failure in failures:
             by_unit.setdefault(self._backend_of(failure.unit), []).append(failure)
         outcomes: dict[int, Outcome] = {}
-        for b, mine in by_unit.items():
-            backend = self._backends[b]
-            call = state is _State.WAITING_CALL
-            got, again = self._policy.restart(backend, mine, timeout, None if call else seeds)
-            self._units = sorted((u for b in self._backends for u in b.units), key=lambda u: u.lo)
-            if again:
-                self._fail(again, timeout)
-            outcomes.update(got)
-            for failure in mine:
-                if not call:
-                    self._restarted[failure.unit.lo : failure.unit.hi] = True
-                    self._any_restarted = True
-        if state is _State.WAITING_CALL:
-            self._state = _State.IDLE
-            raise self._policy.call_error(failures, timeout)
-        return outcomes
+        build_timeout = self._build_timeout(timeout)
+        try:
+            for b, mine in by_unit.items():
+                done = self._policy.restart(self._backends[b], mine, timeout, build_timeout, seeds)
+                outcomes.update(done.outcomes)
+                if done.error is not None:
+                    lost = [f.unit.index for f in failures if f.unit.index not in outcomes]
+                    self._break(lost, done.reason)
+                    raise done.error
+        except BaseException:
+            if self._state is not _State.BROKEN:  # interrupted (Ctrl-C) in the middle
+                lost = [f.unit.index for f in failures if f.unit.index not in outcomes]
+                self._break(lost, "interrupted while restarting " + failures[0].unit.describe())
+            raise
+        finally:
+            self._units = self._all_units()
+        if not call:
+            for failure in failures:
+                self._restarted[failure.unit.lo : failure.unit.hi] = True
+            self._any_restarted = True
+            return outcomes
+        self._state = _State.IDLE
+        error = self._policy.call_error(failures, timeout)
+        env_errors = []
+        for index, outcome in outcomes.items():
+            if outcome[0] is Status.ERROR:
+                env_errors.append(outcome[1])
+                continue
+            self._pending[index] = outcome
+            self._any_restarted = True
+            if not self._obs_shared and outcome[0] is Status.OK_PAYLOAD:
+                lo = self._unit(index).lo
+                for local, value in outcome[1][1] or ():
+                    self._env_obs[lo + local] = value  # what a reset or the next step shows
+        if env_errors:
+            for env_error in env_errors:
+                add_note(env_error, f"while resetting the envs of a replacement: {error}")
+            proto.raise_first(env_errors)
+        raise error
 
     def _backend_of(self, unit: Unit) -> int:
         for b, backend in enumerate(self._backends):
@@ -424,10 +515,15 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         Returns:
             ``(observations, infos)`` as SyncVectorEnv returns them.
 
+        After a worker died (the vector env broken), the failed workers are rebuilt first
+        (their factories run again) and their envs reset too, whatever the mask says;
+        ``rebuilds`` records them.
+
         Raises:
             AlreadyPendingCallError: another call is pending.
             ValueError, TypeError: bad seeds or reset mask.
-            EnvError: an env's reset raised (its type kept, naming the env).
+            EnvError: an env's reset raised (its type kept, naming the env), or a rebuilt
+                worker's factory raised (the vector env stays broken).
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self.reset_async(seed=seed, options=options)
@@ -440,12 +536,19 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             seed: as :meth:`reset`.
             options: as :meth:`reset`.
 
+        A broken vector env (a worker died) rebuilds its failed workers here, as
+        :meth:`reset` says.
+
         Raises:
             AlreadyPendingCallError: another call is pending.
             ClosedEnvironmentError: the vector env is closed.
             ValueError, TypeError: bad seeds or reset mask (nothing is sent).
+            EnvError, WorkerDiedError, WorkerTimeoutError: rebuilding a failed worker failed
+                (the vector env stays broken).
         """
-        self._begin(_State.WAITING_RESET)
+        broken = self._state is _State.BROKEN and not self.closed
+        if not broken:
+            self._begin(_State.WAITING_RESET)
         seeds = per_env_seeds(seed, self.num_envs)
         mask = None
         env_options = options
@@ -453,6 +556,10 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             mask = self._check_reset_mask(options["reset_mask"])
             # Never mutate the caller's dict; the envs see the options without the mask.
             env_options = {k: v for k, v in options.items() if k != "reset_mask"}
+        rebuilt = self._rebuild() if broken else []
+        if mask is not None:
+            for unit in rebuilt:
+                mask[unit.lo : unit.hi] = True  # fresh envs have no state to keep: reset them
         self._reset_request = (seeds, mask)
 
         def payload(unit: Unit) -> ResetPayload:
@@ -462,13 +569,61 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         if self._any_restarted:
             self._restarted[:] = False
             self._any_restarted = False
+        # Envs restarted during a call: this reset's infos flag them. (Rebuilt ones are not
+        # flagged: the caller saw the vector env break, and the result is a fresh env's.)
+        for unit in [self._unit(i) for i in self._pending]:
+            self._restarted[unit.lo : unit.hi] = True
+            self._any_restarted = True
+        self._pending = {}
         if self._obs_slots is not None:
-            previous = self._observations
-            self._pick_obs_slot()
-            if mask is not None and self._observations is not previous:
-                np.copyto(self._observations, previous)  # the envs not reset keep theirs
+            if mask is None:
+                self._pick_obs_slot()
+            else:
+                self._fresh_obs_slot()  # the envs not reset keep theirs
         self._send(Command.RESET, per_unit=payload)
         self._state = _State.WAITING_RESET
+
+    def _rebuild(self) -> list[Unit]:
+        """Replace every unit a broken vector env lost (and any other whose process has
+        exited since), for :meth:`reset_async`. Not a restart under the failure policy: each
+        is recorded in ``rebuilds`` and none counts against ``max_restarts``.
+
+        Returns:
+            The new units (built, not reset).
+
+        Raises:
+            EnvError, WorkerDiedError, WorkerTimeoutError: a replacement failed to start; the
+                vector env stays broken.
+        """
+        timeout = self._build_timeout(self.default_timeout)
+        reason = self._broken_reason
+        rebuilt: list[Unit] = []
+        try:
+            for backend in self._backends:
+                dead = {u.index for u in backend.dead()}
+                for unit in list(backend.units):
+                    if unit.index not in self._broken_units and unit.index not in dead:
+                        continue
+                    self._broken_units.add(unit.index)  # until its replacement has started
+                    try:
+                        new = backend.restart(unit, timeout)
+                    except Exception as exc:
+                        add_note(
+                            exc,
+                            f"rebuilding {unit.describe()} for reset() failed; the vector env "
+                            "stays broken: reset() again, or close() it",
+                        )
+                        raise
+                    self._broken_units.discard(unit.index)
+                    envs = tuple(range(new.lo, new.hi))
+                    why = f"rebuilt by reset() after: {reason}"
+                    self._rebuilds.append(RestartRecord(new.index, envs, why, time.monotonic()))
+                    rebuilt.append(new)
+        finally:
+            self._units = self._all_units()
+        self._state = _State.IDLE
+        self._broken_reason = ""
+        return rebuilt
 
     def _check_reset_mask(self, reset_mask: Any) -> np.ndarray:
         if not isinstance(reset_mask, np.ndarray):
@@ -554,21 +709,35 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
                 f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: reset them "
                 "with reset(options={'reset_mask': mask}) before stepping again"
             )
-        if self._any_restarted:
-            self._restarted[:] = False
-            self._any_restarted = False
         if self._store_actions is not None:
             # Validates every leaf before writing any, so a rejected batch changes nothing.
             self._store_actions(actions)
-            if self._obs_slots is not None:
-                self._pick_obs_slot()
-            self._send(Command.STEP)
+            per_env = None
         else:
             per_env = list(iterate(self.action_space, actions))
             if len(per_env) != self.num_envs:
                 raise ValueError(
                     f"expected {self.num_envs} actions, one per env, got {len(per_env)}"
                 )
+        if self._any_restarted:
+            self._restarted[:] = False
+            self._any_restarted = False
+            # Units restarted during a call were reset then: this step reports that reset for
+            # them (truncated, worker_restarted), as a restart during a step does, and does
+            # not step them.
+            self._answered, self._pending = self._pending, {}
+            for index in self._answered:
+                unit = self._unit(index)
+                self._restarted[unit.lo : unit.hi] = True
+                self._any_restarted = True
+        if self._obs_slots is not None:
+            if self._answered:
+                self._fresh_obs_slot([self._unit(i) for i in self._answered])
+            else:
+                self._pick_obs_slot()
+        if per_env is None:
+            self._send(Command.STEP)
+        else:
             self._send(Command.STEP, per_unit=lambda unit: per_env[unit.lo : unit.hi])
         self._state = _State.WAITING_STEP
 
@@ -621,6 +790,19 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         assert slots is not None
         self._obs_slot = slot = slots.pick()
         self._observations = slots.batches[slot]
+
+    def _fresh_obs_slot(self, units: Iterable[Unit] | None = None) -> None:
+        """:meth:`_pick_obs_slot`, keeping the observations of the current batch in the new
+        one: all of them, or those of ``units``' envs (those the command leaves alone)."""
+        previous = self._observations
+        self._pick_obs_slot()
+        if self._observations is previous:
+            return
+        if units is None:
+            np.copyto(self._observations, previous)
+        else:
+            for unit in units:
+                self._observations[unit.lo : unit.hi] = previous[unit.lo : unit.hi]
 
     def _any_ended(self) -> bool:
         """Whether any env terminated or truncated in the last step. ``count_nonzero`` is a

@@ -159,6 +159,10 @@ class LocalShare:
     def restart(self, unit: Any, timeout: float | None) -> Unit:
         raise RuntimeError("the parent's own envs cannot be restarted")
 
+    def dead(self) -> list[Any]:
+        """None: these envs live and die with the parent."""
+        return []
+
     def close(self, timeout: float, terminate: bool) -> BaseException | None:
         """Close the envs; return the first error an env's close() raised, naming it."""
         self._pending = None

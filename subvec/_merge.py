@@ -65,7 +65,10 @@ class GymnasiumInfos(InfoMerger):
             return scalar
         infos: dict[str, Any] = {}
         for env_index, info in events:
-            infos = self._add_info(infos, info, env_index)
+            try:
+                infos = self._add_info(infos, info, env_index)
+            except OverflowError as exc:
+                raise _overflow(infos, info, env_index, "gymnasium's merge") from exc
         return infos
 
 
@@ -92,7 +95,10 @@ class LegacyInfos(InfoMerger):
         for lo, data in parts:
             if data is not None:
                 for env_index, info in _legacy_events(as_events(data[0]), lo):
-                    infos = _add_info_legacy(infos, info, env_index, self.num_envs)
+                    try:
+                        infos = _add_info_legacy(infos, info, env_index, self.num_envs)
+                    except OverflowError as exc:
+                        raise _overflow(infos, info, env_index, "gymnasium 0.29's merge") from exc
         for i in restarted:
             infos = _add_info_legacy(infos, {"worker_restarted": True}, i, self.num_envs)
         return infos
@@ -143,3 +149,43 @@ def _add_info_legacy(
         infos[key][env_index] = value
         infos[f"_{key}"][env_index] = True
     return infos
+
+
+def _overflow(
+    infos: dict[str, Any], info: dict[str, Any], env_index: int, merge: str
+) -> OverflowError:
+    """The error for an int that the typed array of its key cannot hold (``2**70`` in an
+    int64 array): gymnasium's merge, and so SyncVectorEnv, raise a bare ``OverflowError``
+    there; this one names the env, the key and the array."""
+    found = _overflowing(infos, info, ())
+    if found is None:  # not an int of ours: say what we know
+        return OverflowError(f"env {env_index}: an info value does not fit {merge}'s arrays")
+    path, value, dtype = found
+    key = " -> ".join(repr(k) for k in path)
+    return OverflowError(
+        f"env {env_index}: info {key} = {value!r} does not fit the {dtype} array that {merge} "
+        "stores this key in (SyncVectorEnv raises a bare OverflowError here); report it as a "
+        "float or a str, or use info_format='list'"
+    )
+
+
+def _overflowing(
+    infos: dict[str, Any], info: dict[str, Any], path: tuple[Any, ...]
+) -> tuple[tuple[Any, ...], int, np.dtype[Any]] | None:
+    """The first int of ``info`` (nested dicts included) that the array its key goes to (the
+    one in ``infos``, or a new one of the value's own type) cannot hold."""
+    for key, value in info.items():
+        if key == "final_obs":
+            continue
+        target = infos.get(key) if isinstance(infos, dict) else None
+        if isinstance(value, dict):
+            inner = _overflowing(target if isinstance(target, dict) else {}, value, (*path, key))
+            if inner is not None:
+                return inner
+            continue
+        if type(value) is not int:
+            continue
+        dtype = target.dtype if isinstance(target, np.ndarray) else np.dtype(int)
+        if dtype.kind in "iu" and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
+            return (*path, key), value, dtype
+    return None

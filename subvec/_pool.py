@@ -53,19 +53,17 @@ class Worker:
     hello: WorkerHello | None = None
     cmd_fd: int = -1  # the raw fds of the two pipes, read once (Connection.fileno() checks)
     reply_fd: int = -1
+    #: the process's pid, kept: reports name a replaced worker after its process is closed
+    pid: int | None = None
 
     def __post_init__(self) -> None:
         self.cmd_fd = self.cmd_conn.fileno()
         self.reply_fd = self.reply_conn.fileno()
+        self.pid = self.process.pid
 
     @property
     def envs(self) -> range:
         return range(self.lo, self.hi)
-
-    @property
-    def pid(self) -> int | None:
-        pid: int | None = self.process.pid
-        return pid
 
     def describe(self) -> str:
         span = f"env {self.lo}" if self.hi - self.lo == 1 else f"envs {self.lo}..{self.hi - 1}"
@@ -674,6 +672,10 @@ class WorkerPool:
         worker.process.join(5.0)
         worker.cmd_conn.close()
         worker.reply_conn.close()
+        try:
+            worker.process.close()  # its sentinel's fd, now rather than when collected
+        except ValueError:  # still running after SIGKILL + 5 s: leave it to the OS
+            pass
         new = self.spawn(worker.index)
         self.workers[worker.index] = new
         self._forget_workers()
@@ -681,6 +683,10 @@ class WorkerPool:
         self.send_to(new, Command.ATTACH, self._attach_payload)
         self._answers([new], timeout, "attaching the shared block")
         return new
+
+    def dead(self) -> list[Worker]:
+        """The workers whose process has exited (reaped here), in worker order."""
+        return [w for w in self.workers if not w.process.is_alive()]
 
     def close(self, timeout: float, terminate_now: bool) -> BaseException | None:
         """Ask every live worker to close its envs (bounded by ``timeout``), then release

@@ -246,13 +246,16 @@ class EnvSlab:
             env.set_wrapper_attr(name, values[i])
 
     def close(self) -> None:
-        """Close every env; the first failure is re-raised after all were tried."""
+        """Close every env; the first failure is re-raised after all were tried, with
+        ``current`` naming the env that raised it (not the last one closed)."""
         first: BaseException | None = None
+        failed = 0
         for i, env in enumerate(self.envs):
-            self.current = i
             try:
                 env.close()
             except Exception as exc:
-                first = first or exc
+                if first is None:
+                    first, failed = exc, i
         if first is not None:
+            self.current = failed
             raise first

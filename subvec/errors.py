@@ -103,7 +103,9 @@ class RecvTimeoutError(SubvecError, TimeoutError):
 
 
 class BrokenVectorEnvError(SubvecError, RuntimeError):
-    """The vector env lost a worker and can no longer step; only ``close()`` is allowed."""
+    """The vector env lost a worker and can no longer step: ``reset()`` rebuilds the failed
+    workers (and resets every env), ``close()`` releases everything; any other call raises
+    this."""
 
 
 class SharedMemoryTooSmallError(SubvecError, OSError):

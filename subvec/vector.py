@@ -135,8 +135,8 @@ class SubprocVectorEnv(VectorFront):
             on_worker_failure=on_worker_failure,
             max_restarts=max_restarts,
             batch_size=batch_size,
+            start_timeout=start_timeout,
         )
-        self.start_timeout = start_timeout
         self.shared_memory = bool(shared_memory)
         self.daemon = bool(daemon)
         self.observation_mode = observation_mode

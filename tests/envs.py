@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -197,6 +199,11 @@ class CrashEnv(ZooEnv):
             raise ValueError("bad reset option")
         return super().reset(seed=seed, options=options)
 
+    def close(self) -> None:
+        if self.how == "raise_on_close":
+            raise OSError("cannot close")
+        super().close()
+
     def explode(self, message: str) -> None:
         raise RuntimeError(message)
 
@@ -280,3 +287,93 @@ class SilentEnv(ZooEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, _ = super().reset(seed=seed, options=options)
         return obs, {}
+
+
+class RecordObs(gym.Wrapper[Any, Any, Any, Any]):
+    """Keeps the last observation its env returned (from reset or step) as ``last_obs``."""
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.last_obs: Any = None
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, info = self.env.reset(**kwargs)
+        self.last_obs = obs
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        result = self.env.step(action)
+        self.last_obs = result[0]
+        return result
+
+
+def checked(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+    """``env`` behind gymnasium's order checks, as ``gym.make`` builds it: stepping before the
+    first reset raises ``ResetNeeded``."""
+    return gym.wrappers.PassiveEnvChecker(gym.wrappers.OrderEnforcing(RecordObs(env)))
+
+
+class BuildOnce:
+    """A picklable factory whose first build succeeds and whose later ones (a replacement
+    worker's) do as ``how`` says: ``"raise"`` a ValueError, ``"hang"``, or build again (``""``).
+    The marker file that tells them apart is created by the first build."""
+
+    def __init__(self, marker: str, how: str, make: Callable[[], gym.Env[Any, Any]]) -> None:
+        self.marker, self.how, self.make = marker, how, make
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        if os.path.exists(self.marker):
+            if self.how == "raise":
+                raise ValueError("this env cannot be built again")
+            if self.how == "hang":
+                time.sleep(3600)
+        else:
+            with open(self.marker, "w"):
+                pass
+        return self.make()
+
+
+def exit_after_next_write() -> None:
+    """Make this process exit with code 3 right after its next ``os.write`` returns: in a
+    worker, the write of its reply. The reply is then in the pipe when the process is gone, so
+    the parent's next wait sees both at once (no timing involved)."""
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_return" and arg is os.write:
+            os._exit(3)
+
+    sys.setprofile(hook)
+
+
+class ExitAfterReplyEnv(ZooEnv):
+    """Its worker exits right after replying to step ``at_step``, or to a call of
+    :meth:`exit_after_reply`."""
+
+    def __init__(self, at_step: int = 0, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.at_step = at_step
+
+    def step(self, action: Any):
+        result = super().step(action)
+        if self.t == self.at_step:
+            exit_after_next_write()
+        return result
+
+    def exit_after_reply(self) -> int:
+        exit_after_next_write()
+        return self.t
+
+
+class BigIntInfoEnv(ZooEnv):
+    """Reports ``{"big": value}`` in the infos of its first step (``nested``: as
+    ``{"n": {"deep": value}}``) and ``{"big": 1}`` (or nested 1) on the others."""
+
+    def __init__(self, value: int, nested: bool = False, **kw: Any) -> None:
+        super().__init__(quiet=True, **kw)
+        self.value, self.nested = value, nested
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, _ = super().step(action)
+        value = self.value if self.t == 1 else 1
+        info: dict[str, Any] = {"n": {"deep": value}} if self.nested else {"big": value}
+        return obs, reward, terminated, truncated, info

@@ -33,9 +33,20 @@ from subvec import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from subvec._protocol import CallPayload, Command, Status
 from subvec._shm import SEGMENT_PREFIX, list_segments, remove_stale_segments
 from subvec.errors import RemoteTraceback
-from tests.envs import UnpicklableInfoEnv, ZooEnv, crash_fns, make_zoo
+from tests.envs import (
+    BigIntInfoEnv,
+    BuildOnce,
+    CrashEnv,
+    ExitAfterReplyEnv,
+    UnpicklableInfoEnv,
+    ZooEnv,
+    checked,
+    crash_fns,
+    make_zoo,
+)
 from tests.helpers import assert_same
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +73,10 @@ def worker_pids(envs: SubprocVectorEnv) -> list[int]:
 
 def gone(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        proc = psutil.Process(pid)
+        # A killed process's first thread can be a zombie while another thread is still
+        # exiting; until it has, its parent cannot wait for it (nor see it dead).
+        return proc.status() == psutil.STATUS_ZOMBIE and proc.num_threads() <= 1
     except psutil.NoSuchProcess:
         return True
 
@@ -203,6 +217,57 @@ def test_worker_killed_while_idle_is_reported_on_next_call() -> None:
         assert info.value.env_indices == (0, 1)
     finally:
         envs.close()
+
+
+def endless() -> gym.Env[Any, Any]:
+    return ZooEnv(max_steps=10**6, terminate_prob=0.0)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("masked", [False, True], ids=["all", "masked"])
+def test_reset_rebuilds_a_broken_vector_env(masked: bool) -> None:
+    # Workers 1 and 2 die together: the step sees one death, reset() rebuilds both, and the
+    # vector env then gives what a fresh one gives. A masked reset resets the rebuilt envs too
+    # (they have no state to keep), and only the asked ones of the living worker. Forked
+    # workers are our own children: once `gone`, the parent can tell they are dead (a
+    # forkserver reports the exit a moment after the process is reaped).
+    envs = SubprocVectorEnv([endless] * 6, num_workers=3, context="fork")
+    reference = gym.vector.SyncVectorEnv([endless] * 6)
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(6, dtype=np.int64)
+        envs.step(actions)
+        old = worker_pids(envs)
+        for pid in old[1:]:
+            os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: all(gone(pid) for pid in old[1:]), 5)
+        with pytest.raises(WorkerDiedError, match=r"reset\(\) rebuilds the failed workers"):
+            envs.step(actions)
+        with pytest.raises(BrokenVectorEnvError, match=r"died.*reset\(\) rebuilds"):
+            envs.get_attr("t")
+        with pytest.raises(BrokenVectorEnvError):
+            envs.step(actions)
+        if masked:
+            mask = np.array([True, False, False, False, False, False])
+            _, infos = envs.reset(seed=7, options={"reset_mask": mask})
+            assert list(infos["_reset_count"]) == [True, False, True, True, True, True]
+            # env 1 kept its state: two steps (worker 0 took the step that met the deaths)
+            assert envs.get_attr("t") == (0, 2, 0, 0, 0, 0)
+        else:
+            # A full, correct vector env again: the same results as a fresh one's.
+            got = envs.reset(seed=7)
+            assert_same(got, reference.reset(seed=7), "the reset that rebuilt")
+            for k in range(3):
+                assert_same(envs.step(actions), reference.step(actions), f"step {k}")
+        assert envs.restarts == []  # not restarts: max_restarts is untouched
+        assert [r.worker for r in envs.rebuilds] == [1, 2]
+        assert [r.env_indices for r in envs.rebuilds] == [(2, 3), (4, 5)]
+        assert all("rebuilt by reset()" in r.reason and "died" in r.reason for r in envs.rebuilds)
+        new = worker_pids(envs)
+        assert new[0] == old[0] and new[1] != old[1] and new[2] != old[2]
+    finally:
+        envs.close()
+        reference.close()
 
 
 # --- 3. a worker hangs ------------------------------------------------------------------------
@@ -369,6 +434,126 @@ def test_restart_of_a_hung_worker_and_max_restarts() -> None:
         envs.close(terminate=True)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["raise", "hang", "hang_start_timeout"])
+def test_a_replacement_that_cannot_be_built_breaks_the_env_within_the_bound(
+    how: str, tmp_path: Path
+) -> None:
+    # Env 1's worker dies at step 2; its factory then raises, or hangs past the bound: the
+    # constructor's timeout, or start_timeout (which bounds every build of the envs).
+    bounds = {"timeout": None, "start_timeout": 1.0} if how == "hang_start_timeout" else {}
+    crashing = BuildOnce(
+        str(tmp_path / "built"),
+        how.split("_")[0],
+        lambda: CrashEnv("kill", at_step=2, max_steps=10**6, terminate_prob=0.0),
+    )
+    envs = SubprocVectorEnv(
+        [endless, crashing],
+        num_workers=2,
+        on_worker_failure="restart",
+        **({"timeout": 1.0} | bounds),  # type: ignore[arg-type]
+    )
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        envs.step(actions)
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError, match="its replacement failed") as info:
+            envs.step(actions)
+        assert time.monotonic() - start < 8, "the replacement's build was not bounded"
+        err = info.value
+        assert err.env_indices == (1,) and "SIGKILL(-9)" in str(err)
+        assert "reset() rebuilds the failed workers" in str(err)
+        if how == "raise":
+            assert isinstance(err.__cause__, ValueError) and isinstance(err.__cause__, EnvError)
+            assert err.__cause__.command == "make" and err.__cause__.env_index == 1
+        else:
+            assert isinstance(err.__cause__, WorkerTimeoutError)
+            assert "building the envs" in str(err.__cause__)
+        # The failed replacement counts against max_restarts, and says why it failed.
+        assert len(envs.restarts) == 1 and "its replacement failed" in envs.restarts[0].reason
+        # A defined state: broken, never a step that did not run.
+        with pytest.raises(BrokenVectorEnvError, match="its replacement failed"):
+            envs.step_wait()
+        with pytest.raises(BrokenVectorEnvError):
+            envs.step(actions)
+        if how == "raise":
+            # reset() rebuilds, the factory raises again: still broken, and it says so.
+            with pytest.raises(ValueError, match="cannot be built again") as again:
+                envs.reset(seed=0)
+            if sys.version_info >= (3, 11):
+                assert any("stays broken" in note for note in again.value.__notes__)
+            with pytest.raises(BrokenVectorEnvError):
+                envs.step(actions)
+            assert envs.rebuilds == [] and len(envs.restarts) == 1
+    finally:
+        envs.close(terminate=True)
+
+
+def checked_endless() -> gym.Env[Any, Any]:
+    return checked(ZooEnv(max_steps=10**6, terminate_prob=0.0))
+
+
+def checked_images() -> gym.Env[Any, Any]:
+    space = spaces.Box(0, 255, (48, 48, 3), np.uint8)
+    return checked(ZooEnv(space, max_steps=10**6, terminate_prob=0.0))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("obs", "then"),
+    [("shared", "step"), ("slots", "step"), ("by_value", "step"), ("shared", "reset")],
+)
+def test_a_restart_during_a_call_resets_the_new_envs(obs: str, then: str) -> None:
+    # gymnasium's order checks (as gym.make builds envs) refuse a step before the first reset:
+    # the replaced envs must be reset before anything steps them. The next step reports them
+    # as a restart during a step does (that reset's observation, truncated, reward 0,
+    # worker_restarted) and does not step them; the step after it steps them.
+    envs = SubprocVectorEnv(
+        [checked_images if obs == "slots" else checked_endless] * 4,
+        num_workers=2,
+        on_worker_failure="restart",
+        shared_memory=obs != "by_value",
+    )
+    try:
+        assert (envs.block_plan.obs_slots > 0) == (obs == "slots")
+        envs.reset(seed=0)
+        actions = np.zeros(4, dtype=np.int64)
+        held = envs.step(actions)[0]
+        kept = held.copy()
+        victim = worker_pids(envs)[1]
+        os.kill(victim, signal.SIGKILL)
+        assert wait_until(lambda: gone(victim), 5)
+        with pytest.raises(WorkerDiedError, match="while waiting for call") as info:
+            envs.get_attr("t")
+        assert info.value.env_indices == (2, 3)
+        if sys.version_info >= (3, 11):
+            assert any("remains usable" in note for note in info.value.__notes__)
+        assert len(envs.restarts) == 1 and envs.restarts[0].env_indices == (2, 3)
+        assert envs.get_attr("t") == (1, 1, 0, 0)  # rebuilt and reset
+        if then == "reset":
+            _, infos = envs.reset(seed=1)
+            assert list(infos["_worker_restarted"]) == [False, False, True, True]
+        else:
+            got, rew, term, trunc, infos = envs.step(actions)
+            assert list(trunc) == [False, False, True, True] and not term.any()
+            assert rew[2] == 0.0 and rew[3] == 0.0
+            assert list(infos["_worker_restarted"]) == [False, False, True, True]
+            assert list(infos["_reset_count"]) == [False, False, True, True]
+            assert envs.get_attr("t") == (2, 2, 0, 0)  # not stepped: their reset is reported
+            last = envs.get_attr("last_obs")
+            for i in range(4):
+                assert np.array_equal(got[i], last[i]), f"env {i}"
+            assert_same(held, kept, "a batch held across the restart")
+        infos = envs.step(actions)[4]
+        assert "worker_restarted" not in infos
+        assert envs.get_attr("t")[2:] == (1, 1)
+        # A slot batch keeps the block mapped, and pytest's `info` keeps this frame alive.
+        held = got = None
+    finally:
+        envs.close()
+
+
 # --- 5. the parent dies or is interrupted -----------------------------------------------------
 
 
@@ -490,6 +675,50 @@ def test_an_info_that_cannot_be_sent_names_the_env_and_loses_nothing() -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("info_format", "nested", "value"),
+    [
+        ("gymnasium", False, 2**70),
+        ("gymnasium", True, -(2**70)),
+        ("legacy", False, 2**63),
+        ("list", False, 2**70),
+    ],
+)
+def test_an_info_int_beyond_int64_is_a_clear_error_as_sync_fails(
+    info_format: str, nested: bool, value: int
+) -> None:
+    # gymnasium's merge stores ints in an int64 array: SyncVectorEnv raises a bare
+    # OverflowError. The same type here, naming the env and the key; the list format keeps
+    # the int as it is. The next step (plain ints again) goes through.
+    fns = [
+        lambda: BigIntInfoEnv(1, nested, max_steps=10**6, terminate_prob=0.0),
+        lambda: BigIntInfoEnv(value, nested, max_steps=10**6, terminate_prob=0.0),
+    ]
+    envs = SubprocVectorEnv(fns, num_workers=2, info_format=info_format)
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        if info_format == "list":
+            infos = envs.step(actions)[4]
+            assert infos[1] == {"big": value} and type(infos[1]["big"]) is int
+        else:
+            sync = gym.vector.SyncVectorEnv(fns)
+            sync.reset(seed=0)
+            with pytest.raises(OverflowError):
+                sync.step(actions)
+            sync.close()
+            key = "'n' -> 'deep'" if nested else "'big'"
+            with pytest.raises(OverflowError, match=f"env 1: info {key} = {value}") as info:
+                envs.step(actions)
+            assert "int64" in str(info.value)
+        infos = envs.step(actions)[4]
+        if info_format == "gymnasium" and not nested:
+            assert list(infos["big"]) == [1, 1]
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
 def test_wrong_observation_shape_names_env_expected_and_actual() -> None:
     envs = SubprocVectorEnv(crash_fns(3, 2, "bad_shape"), num_workers=2)
     try:
@@ -598,6 +827,65 @@ def test_close_is_bounded_and_idempotent_from_every_state(state: str) -> None:
     assert envs.closed
     with pytest.raises(ClosedEnvironmentError):
         envs.step(actions)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cpus", [2, 8], ids=["partner", "all_spin"])
+def test_a_reply_and_the_exit_in_one_wait_then_close_releases_everything(
+    cpus: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Worker 1 exits right after replying to step 2 (tests.envs.exit_after_next_write): its
+    # reply, its EOF and its sentinel are all ready at the parent's next wait.
+    monkeypatch.setattr("subvec.vector.usable_cpus", lambda: cpus)
+    fns: list[Any] = [endless, lambda: ExitAfterReplyEnv(2, max_steps=10**6, terminate_prob=0)]
+    envs = SubprocVectorEnv(fns, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        envs.step(actions)
+        pid = worker_pids(envs)[1]
+        envs.step_async(actions)
+        assert wait_until(lambda: gone(pid), 5)
+        envs.step_wait()  # its reply came in whole: the step went through
+        with pytest.raises(WorkerDiedError, match="exit code 3"):
+            envs.step(actions)
+    finally:
+        envs.close()  # never raises from bookkeeping; the fixtures check what it released
+
+
+@pytest.mark.timeout(60)
+def test_a_reply_and_the_exit_in_one_wait_of_some_workers() -> None:
+    # A wait for some workers only (closing, restarting, rebuilding) keeps a poll object of
+    # its own: a reply and the exit of its worker in one poll must be taken once each. Driven
+    # through the backend's face: no public call waits for one worker right after it exited.
+    fns: list[Any] = [endless, lambda: ExitAfterReplyEnv(max_steps=10**6, terminate_prob=0)]
+    envs = SubprocVectorEnv(fns, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        pool = envs._pool
+        worker = pool.workers[1]
+        pool.send(Command.CALL, CallPayload("exit_after_reply", (), {}), units=[worker])
+        assert wait_until(lambda: gone(worker.process.pid), 5)
+        got = pool.collect(5.0, "testing", units=[worker])
+        assert got is not None and not got.failures
+        assert got.outcomes[1] == (Status.OK_PAYLOAD, [0])
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("parent_envs", [0, 2])
+def test_an_env_close_error_names_the_env_that_raised(parent_envs: int) -> None:
+    # Env 2 is the first of the last two envs (worker 1's, or the parent's own): the report
+    # names it, not the env closed last.
+    fns = crash_fns(4, 2, "raise_on_close")
+    envs = SubprocVectorEnv(fns, num_workers=2 - parent_envs // 2, parent_envs=parent_envs)
+    envs.reset(seed=0)
+    with pytest.raises(OSError, match="cannot close") as info:
+        envs.close()
+    assert isinstance(info.value, EnvError) and info.value.command == "close"
+    assert info.value.env_index == 2 and "env 2" in str(info.value)
+    assert envs.closed
 
 
 @pytest.mark.timeout(60)

@@ -361,11 +361,6 @@ def test_close_without_errors_closes_every_env() -> None:
     assert [env.closed_ for env in h.slab.envs] == [True] * 3
 
 
-@pytest.mark.xfail(
-    reason="EnvSlab.close leaves current at the last env, so close errors name the last env "
-    "(SubprocVectorEnv._close_local and the worker report slab.current_env)",
-    strict=True,
-)
 def test_close_names_the_env_whose_close_raised() -> None:
     fns = [lambda i=i: Faulty(i, i == 1, "close") for i in range(3)]
     h = Harness(fns, AutoresetMode.NEXT_STEP, first_index=20)
