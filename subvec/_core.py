@@ -27,7 +27,15 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-__all__ = ["EnvSlab", "FinalObsInBlock", "SlabArrays", "SlabResult", "final_obs_store"]
+from subvec._protocol import StepPayload
+
+__all__ = [
+    "EnvSlab",
+    "FinalObsInBlock",
+    "SlabArrays",
+    "SlabResult",
+    "final_obs_store",
+]
 
 InfoEvent = tuple[int, dict[str, Any]]
 
@@ -46,6 +54,9 @@ class SlabArrays:
     truncations: np.ndarray
     write_obs: Callable[[Any, int], None] | None = None
     read_action: Callable[[int], Any] | None = None
+    #: ``action_reader(dtypes)``: a ``read_action`` for a batch the parent stored in other
+    #: dtypes than the space's (one per leaf; see ``_block.ActionRegions``)
+    action_reader: Callable[[tuple[str, ...]], Callable[[int], Any]] | None = None
     #: SAME_STEP: ``store(final_obs, i) -> bool`` keeps an ended env's final observation in
     #: the block when it fits it exactly (type, dtype, shape); see :class:`FinalObsInBlock`
     store_final_obs: Callable[[Any, int], bool] | None = None
@@ -136,11 +147,26 @@ class EnvSlab:
                 result.infos.append((i, info))
         return result
 
-    def step(self, actions: Sequence[Any] | None = None) -> SlabResult:
-        """Step every env once with its action (read from the bound array unless given)."""
+    def step_with(self, payload: StepPayload) -> SlabResult:
+        """Step every env with the actions a STEP payload names: given by value, or in the
+        bound arrays in the dtypes it lists."""
+        if payload.actions is not None:
+            return self.step(payload.actions)
+        assert self.arrays is not None and self.arrays.action_reader is not None
+        assert payload.action_dtypes is not None
+        return self.step(read=self.arrays.action_reader(payload.action_dtypes))
+
+    def step(
+        self, actions: Sequence[Any] | None = None, read: Callable[[int], Any] | None = None
+    ) -> SlabResult:
+        """Step every env once with its action: ``actions[i]`` if given, else ``read(i)``
+        (default: the bound arrays' reader)."""
         arrays = self.arrays
         assert arrays is not None, "bind() first"
-        read = arrays.read_action
+        if actions is not None:
+            read = actions.__getitem__
+        elif read is None:
+            read = arrays.read_action
         write = arrays.write_obs
         rewards, terms, truncs = arrays.rewards, arrays.terminations, arrays.truncations
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
@@ -159,8 +185,7 @@ class EnvSlab:
                     truncs[i] = False
                     needs_reset[i] = False
                 else:
-                    action = read(i) if read is not None else actions[i]  # type: ignore[index]
-                    obs, reward, terminated, truncated, info = env.step(action)
+                    obs, reward, terminated, truncated, info = env.step(read(i))  # type: ignore[misc]
                     rewards[i] = reward
                     terms[i] = terminated
                     truncs[i] = truncated

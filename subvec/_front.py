@@ -41,8 +41,16 @@ from subvec._core import FinalObsInBlock
 from subvec._failures import FailurePolicy, RestartRecord
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, Part, make_merger
-from subvec._protocol import CallPayload, Command, ResetPayload, SetAttrPayload, Status
+from subvec._protocol import (
+    CallPayload,
+    Command,
+    ResetPayload,
+    SetAttrPayload,
+    Status,
+    StepPayload,
+)
 from subvec._seeding import SeedArg, per_env_seeds
+from subvec._spaces import BY_VALUE, Stored
 from subvec.errors import BrokenVectorEnvError
 
 __all__ = ["VectorFront"]
@@ -527,20 +535,36 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
         if self._any_restarted:
             self._restarted[:] = False
             self._any_restarted = False
-        if self._store_actions is not None:
-            # Validates every leaf before writing any, so a rejected batch changes nothing.
-            self._store_actions(actions)
-            if self._obs_slots is not None:
-                self._pick_obs_slot()
-            self._send(Command.STEP)
-        else:
+        # Validates every leaf before writing any, so a rejected batch changes nothing.
+        stored = BY_VALUE if self._store_actions is None else self._store_actions(actions)
+        self._send_step(actions, stored)
+        self._state = _State.WAITING_STEP
+
+    def _send_step(self, actions: Any, stored: Stored) -> None:
+        """Send STEP for ``actions``, which ``store`` has put in the block as ``stored`` says
+        (see ``_spaces.batch_setter``). By value, each env gets its item of
+        ``iterate(action_space, actions)``, exactly as SyncVectorEnv hands it over.
+
+        Raises:
+            ValueError, TypeError: actions by value that are not one per env (nothing sent).
+        """
+        per_unit = None
+        payload = None
+        if stored is BY_VALUE:
             per_env = list(iterate(self.action_space, actions))
             if len(per_env) != self.num_envs:
                 raise ValueError(
                     f"expected {self.num_envs} actions, one per env, got {len(per_env)}"
                 )
-            self._send(Command.STEP, per_unit=lambda unit: per_env[unit.lo : unit.hi])
-        self._state = _State.WAITING_STEP
+
+            def per_unit(unit: Unit) -> StepPayload:
+                return StepPayload(per_env[unit.lo : unit.hi])
+
+        elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
+            payload = StepPayload(None, stored)
+        if self._obs_slots is not None:  # only now: nothing was refused
+            self._pick_obs_slot()
+        self._send(Command.STEP, payload, per_unit=per_unit)
 
     def step_wait(
         self, timeout: float | None = None

@@ -279,10 +279,14 @@ class SubprocVectorEnv(VectorFront):
             # step_async + step_wait without the checks and branches that cannot apply here:
             # on a cheap env the parent's Python is on the critical path (its CPU is the
             # partner's too).
-            store(actions)  # validates every leaf before writing any
+            stored = store(actions)  # validates every leaf before writing any
             # Not kept in this frame: if the gather raises, a traceback the caller keeps would
             # hold the action views, and through them the shared block, open after close().
             del store
+            if stored is not None:  # another dtype than the space's, or by value
+                self._send_step(actions, stored)
+                self._state = _State.WAITING_STEP
+                return self.step_wait()
             if self._obs_slots is not None:
                 self._pick_obs_slot()
             self._state = state = _State.WAITING_STEP

@@ -280,3 +280,20 @@ class SilentEnv(ZooEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, _ = super().reset(seed=seed, options=options)
         return obs, {}
+
+
+class SleepActionEnv(gym.Env[np.ndarray, Any]):
+    """Sleeps for its action, as gymnasium's own test env does: ``time.sleep`` takes a Python
+    float or a numpy float64, not a float32, so it fails unless the action arrives in the
+    dtype the caller passed."""
+
+    observation_space = spaces.Box(0, 1, shape=(2,), dtype=np.float32)
+    action_space = spaces.Box(0.0, 1.0, shape=(), dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action: Any):
+        time.sleep(action)
+        return np.zeros(2, dtype=np.float32), 0.0, False, False, {}

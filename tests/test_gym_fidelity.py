@@ -1,0 +1,136 @@
+"""Fidelity to gymnasium 1.4: what its own tests/vector checks of AsyncVectorEnv, and the cases
+its issue tracker knows, with SubprocVectorEnv in its place (docs/compat.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import SyncVectorEnv
+
+from subvec import SubprocVectorEnv
+from tests.envs import (
+    SleepActionEnv,
+    make_zoo,
+)
+from tests.helpers import assert_same
+
+# --- actions reach the envs exactly as the caller passed them ------------------------------
+
+BOX32 = spaces.Box(-1, 1, shape=(2,), dtype=np.float32)
+SCALAR32 = spaces.Box(-1, 1, shape=(), dtype=np.float32)
+DICT = spaces.Dict({"move": spaces.Discrete(4), "force": BOX32})
+
+
+def _actions(case: str) -> tuple[spaces.Space[Any], Any]:
+    """(action space, a batch of 3 actions) for each way callers hand actions over."""
+    rng = np.random.default_rng(0)
+    f64 = rng.uniform(-1, 1, (3, 2))
+    return {
+        "float64_for_float32_box": (BOX32, f64),
+        "float16_for_float32_box": (BOX32, f64.astype(np.float16)),
+        "int64_for_float32_box": (BOX32, np.array([[0, 1], [1, 0], [-1, 1]])),
+        "float64_for_scalar_box": (SCALAR32, f64[:, 0]),
+        "python_floats": (SCALAR32, [0.25, -0.5, 0.75]),
+        "list_of_float64_rows": (BOX32, list(f64)),
+        "int32_for_discrete": (spaces.Discrete(3), np.array([0, 2, 1], dtype=np.int32)),
+        "uint8_for_discrete": (spaces.Discrete(3), np.array([0, 2, 1], dtype=np.uint8)),
+        "python_ints_for_discrete": (spaces.Discrete(3), [0, 2, 1]),
+        "numpy_ints_for_discrete": (spaces.Discrete(3), [np.int64(0), np.int64(2), np.int64(1)]),
+        "float64_for_discrete": (spaces.Discrete(3), np.array([0.0, 2.0, 1.0])),
+        "int64_for_multibinary": (spaces.MultiBinary(3), rng.integers(0, 2, (3, 3))),
+        "bool_for_multibinary": (spaces.MultiBinary(3), rng.integers(0, 2, (3, 3)) > 0),
+        "big_endian_for_float32_box": (BOX32, f64.astype(">f4")),
+        "complex128_for_float32_box": (BOX32, f64.astype(np.complex128)),
+        "object_for_discrete": (spaces.Discrete(3), np.array([0, 2, 1], dtype=object)),
+        "dict_mixed": (
+            DICT,
+            {"move": np.array([3, 0, 1], dtype=np.int16), "force": f64},
+        ),
+        "dict_with_a_list": (DICT, {"move": [3, 0, 1], "force": f64.astype(np.float32)}),
+        "space_dtype": (BOX32, f64.astype(np.float32)),
+    }[case]
+
+
+ACTION_CASES = [
+    "float64_for_float32_box",
+    "float16_for_float32_box",
+    "int64_for_float32_box",
+    "float64_for_scalar_box",
+    "python_floats",
+    "list_of_float64_rows",
+    "int32_for_discrete",
+    "uint8_for_discrete",
+    "python_ints_for_discrete",
+    "numpy_ints_for_discrete",
+    "float64_for_discrete",
+    "int64_for_multibinary",
+    "bool_for_multibinary",
+    "big_endian_for_float32_box",
+    "complex128_for_float32_box",
+    "object_for_discrete",
+    "dict_mixed",
+    "dict_with_a_list",
+    "space_dtype",
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("layout", [{"num_workers": 2}, {"num_workers": 1, "parent_envs": 1}])
+@pytest.mark.parametrize("case", ACTION_CASES)
+def test_each_env_gets_its_action_as_sync_hands_it(case: str, layout: dict[str, int]) -> None:
+    act_space, actions = _actions(case)
+    fns = [make_zoo("box_f64", act_space) for _ in range(3)]
+    oracle = SyncVectorEnv(fns)
+    envs = SubprocVectorEnv(fns, **layout)
+    try:
+        envs.reset(seed=1)
+        oracle.reset(seed=1)
+        for _ in range(2):  # the second step: the same kind of batch again
+            assert_same(envs.step(actions), oracle.step(actions))
+            # type, dtype, shape and bytes of each env's own action, as SyncVectorEnv gave it
+            assert_same(
+                envs.get_attr("last_action"),
+                tuple(env.unwrapped.last_action for env in oracle.envs),  # type: ignore[attr-defined]
+            )
+        # and then a batch in the space's own dtype again (the block's usual path)
+        plain = envs.action_space.sample()
+        assert_same(envs.step(plain), oracle.step(plain))
+        assert_same(
+            envs.get_attr("last_action"),
+            tuple(env.unwrapped.last_action for env in oracle.envs),  # type: ignore[attr-defined]
+        )
+    finally:
+        envs.close()
+        oracle.close()
+
+
+@pytest.mark.timeout(60)
+def test_pendulum_with_float64_actions_steps_byte_for_byte_as_sync() -> None:
+    fns = [lambda: gym.make("Pendulum-v1") for _ in range(4)]
+    oracle = SyncVectorEnv(fns)
+    envs = SubprocVectorEnv(fns)
+    try:
+        assert_same(envs.reset(seed=3), oracle.reset(seed=3))
+        rng = np.random.default_rng(3)
+        for t in range(30):
+            actions = rng.uniform(-2, 2, (4, 1))  # float64, the space is float32
+            assert_same(envs.step(actions), oracle.step(actions), f"step {t}")
+    finally:
+        envs.close()
+        oracle.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_an_env_that_sleeps_for_its_float64_action_works(shared_memory: bool) -> None:
+    envs = SubprocVectorEnv([SleepActionEnv] * 2, shared_memory=shared_memory)
+    try:
+        envs.reset(seed=0)
+        envs.step(np.array([0.001, 0.002]))  # float64 for a float32 space: np.float64 arrives
+        envs.step([0.001, 0.0])  # Python floats arrive
+    finally:
+        envs.close()
