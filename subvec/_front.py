@@ -22,7 +22,7 @@ from copy import deepcopy
 from typing import Any
 
 import numpy as np
-from gymnasium import Space
+from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector.utils import (
@@ -169,27 +169,33 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
             self.single_observation_space = obs_spaces[0]
             self.observation_space = batch_differing_spaces(obs_spaces)
         else:
+            # gymnasium's wording (code matching on it keeps working), then the expected form
             raise ValueError(
-                "observation_mode must be 'same', 'different' or a tuple "
-                f"(observation_space, single_observation_space), got {mode!r}"
+                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single "
+                f"and batch observation space, actual got {mode} (observation_mode must be "
+                "'same', 'different' or a tuple (observation_space, single_observation_space))"
             )
+        name = type(self).__name__
         for i, (obs_space, act_space) in enumerate(zip(obs_spaces, act_spaces)):
             if mode == "same":
                 if obs_space != self.single_observation_space:
                     raise RuntimeError(
-                        f"env {i} has observation space {obs_space} but env 0 has "
-                        f"{self.single_observation_space}; with observation_mode='same' they must "
-                        "be equal (use observation_mode='different' if this is intended)"
+                        f"{name}(..., observation_mode='same') however some of the "
+                        f"sub-environments observation spaces are not equivalent: env {i} has "
+                        f"{obs_space} but env 0 has {self.single_observation_space}. If this is "
+                        "intentional, use `observation_mode='different'` instead."
                     )
             elif not is_space_dtype_shape_equiv(obs_space, self.single_observation_space):
                 raise RuntimeError(
-                    f"env {i} has observation space {obs_space} whose shape/dtype differs from "
-                    f"{self.single_observation_space}"
+                    f"{name}(..., observation_mode='different' or custom space) however the "
+                    "sub-environment's observation spaces do not share a common shape and "
+                    f"dtype: env {i} has {obs_space}, env 0 has {self.single_observation_space}."
                 )
             if act_space != self.single_action_space:
                 raise RuntimeError(
-                    f"env {i} has action space {act_space} but env 0 has "
-                    f"{self.single_action_space}; all action spaces must be equal"
+                    "Some environments have an action space different from "
+                    f"`{self.single_action_space}`: env {i} has {act_space}. In order to batch "
+                    "actions, the action spaces from all environments must be equal."
                 )
 
     def _start(self, backends: Sequence[Backend], batch: BatchViews, final_obs: bool) -> None:
@@ -798,13 +804,22 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
 
         Units finish their current command, close their envs and exit. After ``timeout``
         seconds (default 10) or at once with ``terminate=True`` the stragglers get SIGTERM,
-        then SIGKILL (one more second).
+        then SIGKILL (one more second). With a call still pending, it warns first, as
+        AsyncVectorEnv does (``Calling `close` while waiting for a pending call to `step` to
+        complete.``, a ``UserWarning`` through gymnasium's logger).
 
         Raises:
             EnvError: an env's own ``close()`` raised; re-raised after everything is released.
         """
         if not getattr(self, "_backends", None):  # construction failed before any backend
             return
+        if self._state in _ASYNC_NAME:
+            # As AsyncVectorEnv warns (gymnasium's logger: UserWarning, its colours); the
+            # pending call's replies are then waited for, or dropped by seq, below.
+            logger.warn(
+                f"Calling `close` while waiting for a pending call to `{self._state.value}` "
+                "to complete."
+            )
         bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
         if timeout is None and self._state is _State.BROKEN:
             # A worker already died; the rest may be stuck mid-step. Give them a short grace

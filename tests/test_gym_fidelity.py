@@ -3,12 +3,14 @@ its issue tracker knows, with SubprocVectorEnv in its place (docs/compat.md)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from gymnasium.error import AlreadyPendingCallError
 from gymnasium.vector import SyncVectorEnv
 
 from subvec import SubprocVectorEnv
@@ -134,3 +136,69 @@ def test_an_env_that_sleeps_for_its_float64_action_works(shared_memory: bool) ->
         envs.step([0.001, 0.0])  # Python floats arrive
     finally:
         envs.close()
+
+
+# --- errors and warnings as gymnasium's ----------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("act_space", [spaces.Discrete(3), spaces.Text(3)], ids=["block", "pipe"])
+def test_a_scalar_for_a_batch_is_refused_as_sync_refuses_it(act_space: spaces.Space[Any]) -> None:
+    fns = [make_zoo("box_f64", act_space)] * 2
+    oracle = SyncVectorEnv(fns)
+    envs = SubprocVectorEnv(fns)
+    try:
+        envs.reset(seed=0)
+        oracle.reset(seed=0)
+        for scalar in (0, np.array(0)):
+            with pytest.raises(Exception) as want:
+                oracle.step(scalar)
+            if isinstance(act_space, spaces.Discrete):
+                assert want.type is TypeError  # what gymnasium's own tests ask for
+            with pytest.raises(want.type):
+                envs.step(scalar)
+        with pytest.raises(ValueError):
+            envs.step(envs.action_space.sample()[:1])  # too few: a ValueError, as Sync's
+        envs.step(envs.action_space.sample())  # and nothing was sent or broken
+    finally:
+        envs.close()
+        oracle.close()
+
+
+@pytest.mark.timeout(60)
+def test_close_with_a_call_pending_warns_as_async_then_closes() -> None:
+    envs = SubprocVectorEnv([make_zoo("box_f64")] * 2)
+    envs.reset(seed=0)
+    envs.step_async(envs.action_space.sample())
+    with pytest.raises(
+        AlreadyPendingCallError,
+        match=re.escape("Calling `reset_async` while waiting for a pending call to `step`"),
+    ):
+        envs.reset_async()
+    with pytest.warns(
+        UserWarning,
+        match=re.escape("Calling `close` while waiting for a pending call to `step` to complete."),
+    ):
+        envs.close()
+    assert envs.closed
+
+    envs = SubprocVectorEnv([make_zoo("box_f64")] * 2)
+    envs.call_async("get_t")
+    with pytest.warns(UserWarning, match="pending call to `call` to complete"):
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_mismatched_spaces_and_modes_say_what_gymnasium_says() -> None:
+    with pytest.raises(ValueError, match=re.escape("Invalid `observation_mode`, expected: 'same'")):
+        SubprocVectorEnv([make_zoo("box_f64")] * 2, observation_mode="similar")
+    fns = [make_zoo("box_f64"), make_zoo("box_f32")]
+    with pytest.raises(
+        RuntimeError,
+        match=r"the sub-environments observation spaces are not equivalent. .*env 1 has .*"
+        r"If this is intentional, use `observation_mode='different'` instead.",
+    ):
+        SubprocVectorEnv(fns)
+    fns = [make_zoo("box_f64"), make_zoo("box_f64", spaces.Discrete(5))]
+    with pytest.raises(RuntimeError, match=r"action space different from .*env 1 has Discrete"):
+        SubprocVectorEnv(fns)
