@@ -53,7 +53,7 @@ from subvec._seeding import SeedArg, per_env_seeds
 from subvec._spaces import BY_VALUE, Stored
 from subvec.errors import BrokenVectorEnvError
 
-__all__ = ["VectorFront"]
+__all__ = ["DEFAULT_AUTORESET", "VectorFront"]
 
 #: How long close() waits for workers to finish their envs' close() before escalating.
 DEFAULT_CLOSE_TIMEOUT = 10.0
@@ -75,6 +75,19 @@ _ASYNC_NAME = {
     _State.WAITING_STEP: "step_async",
     _State.WAITING_CALL: "call_async",
 }
+
+
+class _AutoresetDefault:
+    """The default of ``autoreset_mode``: NEXT_STEP, gymnasium's default, except with
+    ``info_format="legacy"``, whose only mode is SAME_STEP (gymnasium 0.29's). It reads as
+    gymnasium's default in signatures and ``help()``; given explicitly, NEXT_STEP with the
+    legacy format is refused."""
+
+    def __repr__(self) -> str:
+        return repr(AutoresetMode.NEXT_STEP)
+
+
+DEFAULT_AUTORESET = _AutoresetDefault()
 
 
 def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
@@ -112,7 +125,7 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
     def _configure(
         self,
         num_envs: int,
-        autoreset_mode: str | AutoresetMode | None,
+        autoreset_mode: str | AutoresetMode | _AutoresetDefault | None,
         info_format: str,
         *,
         copy: bool,
@@ -128,7 +141,7 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
                 f"info_format must be 'gymnasium', 'legacy' or 'list', got {info_format!r}"
             )
         self.info_format = info_format
-        if autoreset_mode is None:
+        if autoreset_mode is None or isinstance(autoreset_mode, _AutoresetDefault):
             autoreset_mode = (
                 AutoresetMode.SAME_STEP if info_format == "legacy" else AutoresetMode.NEXT_STEP
             )

@@ -297,3 +297,26 @@ class SleepActionEnv(gym.Env[np.ndarray, Any]):
     def step(self, action: Any):
         time.sleep(action)
         return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
+
+
+class StepClockEnv(gym.Env[np.ndarray, int]):
+    """Sleeps in each step and reset, and reports when it started and ended (``time.monotonic``
+    is one clock for every process of the machine)."""
+
+    observation_space = spaces.Box(0, 1, shape=(2,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, seconds: float = 0.05) -> None:
+        self.seconds = seconds
+
+    def _timed(self) -> dict[str, float]:
+        start = time.monotonic()
+        time.sleep(self.seconds)
+        return {"start": start, "end": time.monotonic()}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), self._timed()
+
+    def step(self, action: Any):
+        return np.zeros(2, dtype=np.float32), 0.0, False, False, self._timed()

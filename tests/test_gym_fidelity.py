@@ -3,6 +3,7 @@ its issue tracker knows, with SubprocVectorEnv in its place (docs/compat.md)."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
@@ -11,11 +12,13 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError
-from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from subvec import SubprocVectorEnv
+from subvec._plan import plan_layout
 from tests.envs import (
     SleepActionEnv,
+    StepClockEnv,
     make_zoo,
 )
 from tests.helpers import assert_same
@@ -202,3 +205,106 @@ def test_mismatched_spaces_and_modes_say_what_gymnasium_says() -> None:
     fns = [make_zoo("box_f64"), make_zoo("box_f64", spaces.Discrete(5))]
     with pytest.raises(RuntimeError, match=r"action space different from .*env 1 has Discrete"):
         SubprocVectorEnv(fns)
+
+
+# --- gymnasium 1.4's AsyncVectorEnv signature ----------------------------------------------
+
+
+def test_signature_takes_async_vector_envs_arguments() -> None:
+    ours = inspect.signature(SubprocVectorEnv.__init__).parameters
+    theirs = inspect.signature(AsyncVectorEnv.__init__).parameters
+    names = list(theirs)
+    positional = ["self", "env_fns", "shared_memory", "copy", "context", "daemon"]
+    assert names[: len(positional)] == positional
+    assert list(ours)[: len(positional)] == positional
+    for name in positional[1:]:
+        assert ours[name].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    for name in names[len(positional) :]:
+        assert ours[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+        # the same default, as it reads (autoreset_mode's stands for NEXT_STEP)
+        assert repr(ours[name].default) == repr(theirs[name].default), name
+    others = [p for p in list(ours)[len(positional) :] if p not in theirs]
+    assert all(ours[p].kind is inspect.Parameter.KEYWORD_ONLY for p in others)
+
+
+@pytest.mark.timeout(60)
+def test_positional_arguments_and_autoreset_defaults() -> None:
+    envs = SubprocVectorEnv([make_zoo("box_f64")] * 2, False, False, "spawn", True)
+    try:
+        assert (envs.shared_memory, envs.copy, envs.context, envs.daemon) == (
+            False,
+            False,
+            "spawn",
+            True,
+        )
+        assert envs.autoreset_mode is AutoresetMode.NEXT_STEP
+    finally:
+        envs.close()
+    envs = SubprocVectorEnv([make_zoo("box_f64")] * 2, info_format="legacy")
+    try:
+        assert envs.autoreset_mode is AutoresetMode.SAME_STEP  # the legacy format's one mode
+    finally:
+        envs.close()
+    with pytest.raises(ValueError, match="same step"):
+        SubprocVectorEnv(
+            [make_zoo("box_f64")] * 2,
+            info_format="legacy",
+            autoreset_mode=AutoresetMode.NEXT_STEP,
+        )
+
+
+def test_a_custom_worker_is_refused_saying_why() -> None:
+    def worker(*args: Any) -> None:
+        pass  # never runs: refused before any process starts
+
+    with pytest.raises(ValueError, match="several envs, built from cloudpickled env_fns"):
+        SubprocVectorEnv([make_zoo("box_f64")] * 2, worker=worker)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "2"])
+def test_a_bad_max_concurrency_is_refused_as_gymnasium_refuses_it(value: Any) -> None:
+    with pytest.raises(ValueError, match="max_concurrency"):
+        SubprocVectorEnv([make_zoo("box_f64")] * 2, max_concurrency=value)
+
+
+def test_max_concurrency_and_parent_envs_are_one_or_the_other() -> None:
+    with pytest.raises(ValueError, match="pass one of the two"):
+        SubprocVectorEnv([make_zoo("box_f64")] * 3, max_concurrency=1, parent_envs=1)
+
+
+def test_max_concurrency_caps_the_default_workers_or_makes_them_take_turns() -> None:
+    by_default = plan_layout(8, cpus=8, max_concurrency=3)
+    assert (by_default.num_workers, by_default.max_active) == (3, None)
+    in_turns = plan_layout(8, cpus=8, num_workers=4, max_concurrency=3)
+    assert (in_turns.num_workers, in_turns.max_active) == (4, 3)
+    assert in_turns.partner is None and not any(in_turns.worker_spin_us)
+    assert plan_layout(8, cpus=8, num_workers=2, max_concurrency=3).max_active is None
+
+
+def _most_at_once(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    now = most = 0
+    for _, change in events:
+        now += change
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("limit", [1, 2])
+def test_max_concurrency_bounds_the_envs_stepping_at_once(limit: int) -> None:
+    envs = SubprocVectorEnv([StepClockEnv] * 4, num_workers=4, max_concurrency=limit)
+    try:
+        assert envs.max_concurrency == limit
+        for infos in (envs.reset(seed=0)[1], envs.step(np.zeros(4, dtype=np.int64))[4]):
+            intervals = list(zip(infos["start"], infos["end"]))
+            assert _most_at_once(intervals) == limit, intervals
+        # calls are not limited, as in gymnasium
+        assert envs.call("get_wrapper_attr", "seconds") == (0.05,) * 4
+    finally:
+        envs.close()
+    envs = SubprocVectorEnv([StepClockEnv] * 4, max_concurrency=2)
+    try:
+        assert envs.num_workers <= 2  # by default no more workers than may step at once
+    finally:
+        envs.close()
