@@ -35,6 +35,7 @@ __all__ = [
     "SlabArrays",
     "SlabResult",
     "final_obs_store",
+    "snapshot",
 ]
 
 InfoEvent = tuple[int, dict[str, Any]]
@@ -91,6 +92,37 @@ def final_obs_store(rows: np.ndarray) -> Callable[[Any, int], bool]:
         return False
 
     return store
+
+
+def snapshot(value: Any) -> Any:
+    """A copy of an observation or info as it is now: arrays copied, dicts, tuples and lists
+    rebuilt, anything else (their subclasses too) as it is: what SyncVectorEnv copies when it
+    batches an info."""
+    if type(value) is np.ndarray:
+        return value.copy()
+    if type(value) is dict:
+        return {key: snapshot(item) for key, item in value.items()}
+    if type(value) is tuple or type(value) is list:
+        return type(value)(snapshot(item) for item in value)
+    return value
+
+
+def _unbatchable(
+    exc: TypeError | ValueError, reward: Any, terminated: Any, truncated: Any
+) -> TypeError | ValueError:
+    """The error numpy raised storing a step's reward or flags, saying which value it was.
+    Same type as numpy's (SyncVectorEnv stores them the same way and raises that error)."""
+    values = {"reward": reward, "terminated": terminated, "truncated": truncated}
+    arrays = [(k, v) for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim]
+    if arrays:
+        name, array = arrays[0]
+        what = f"an array of shape {array.shape} ({array.dtype})"
+    else:
+        name, what = "reward/terminated/truncated", repr((reward, terminated, truncated))
+    return type(exc)(
+        f"step returned {name} as {what}, which numpy cannot store as one env's scalar "
+        f"({exc}); return a scalar, e.g. float(reward[0])"
+    )
 
 
 class EnvSlab:
@@ -186,15 +218,21 @@ class EnvSlab:
                     needs_reset[i] = False
                 else:
                     obs, reward, terminated, truncated, info = env.step(read(i))  # type: ignore[misc]
-                    rewards[i] = reward
-                    terms[i] = terminated
-                    truncs[i] = truncated
+                    try:
+                        rewards[i] = reward
+                        terms[i] = terminated
+                        truncs[i] = truncated
+                    except (TypeError, ValueError) as exc:
+                        raise _unbatchable(exc, reward, terminated, truncated) from None
                     if terminated or truncated:
                         if same_step:
+                            # Taken before reset(): an env that mutates and returns one buffer
+                            # (or info dict) would otherwise show the reset's contents there.
                             if store_final is None or not store_final(obs, i):
-                                infos.append((i, {"final_obs": obs, "final_info": info}))
+                                final = {"final_obs": snapshot(obs), "final_info": snapshot(info)}
+                                infos.append((i, final))
                             elif info:
-                                kept = {"final_obs": FinalObsInBlock, "final_info": info}
+                                kept = {"final_obs": FinalObsInBlock, "final_info": snapshot(info)}
                                 infos.append((i, kept))
                             obs, info = env.reset()
                         else:

@@ -299,6 +299,52 @@ class SleepActionEnv(gym.Env[np.ndarray, Any]):
         return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
 
 
+class ArrayRewardEnv(gym.Env[np.ndarray, int]):
+    """Returns its reward as a numpy array of shape (1,) (a common slip in custom envs)."""
+
+    observation_space = spaces.Box(0, 1, shape=(2,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action: Any):
+        return np.zeros(2, dtype=np.float32), np.array([1.5]), False, False, {}
+
+
+class OneBufferEnv(gym.Env[Any, int]):
+    """Mutates and returns one observation buffer (and one info dict) on every step and reset.
+    Gymnasium asks envs not to, but some do; an episode ends every third step. The observation
+    is filled with the step count (0 after a reset) and the info holds it too."""
+
+    def __init__(self, obs_space: spaces.Space[Any] | None = None) -> None:
+        self.observation_space = obs_space or spaces.Box(0, 100, shape=(3,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.buffer = self.observation_space.sample()
+        self.info: dict[str, Any] = {}
+        self.t = 0
+
+    def _fill(self) -> Any:
+        if isinstance(self.buffer, dict):
+            for value in self.buffer.values():
+                value[...] = self.t
+        else:
+            self.buffer[...] = self.t
+        self.info["t"] = self.t
+        self.info["t_array"] = np.full(2, self.t)
+        return self.buffer
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._fill(), self.info
+
+    def step(self, action: Any):
+        self.t += 1
+        return self._fill(), 0.0, self.t % 3 == 0, False, self.info
+
+
 class StepClockEnv(gym.Env[np.ndarray, int]):
     """Sleeps in each step and reset, and reports when it started and ended (``time.monotonic``
     is one clock for every process of the machine)."""

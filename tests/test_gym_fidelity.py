@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -17,6 +18,8 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from subvec import SubprocVectorEnv
 from subvec._plan import plan_layout
 from tests.envs import (
+    ArrayRewardEnv,
+    OneBufferEnv,
     SleepActionEnv,
     StepClockEnv,
     make_zoo,
@@ -308,3 +311,115 @@ def test_max_concurrency_bounds_the_envs_stepping_at_once(limit: int) -> None:
         assert envs.num_workers <= 2  # by default no more workers than may step at once
     finally:
         envs.close()
+
+
+# --- rewards and final observations --------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_an_array_reward_of_shape_1_fares_as_with_sync() -> None:
+    oracle = SyncVectorEnv([ArrayRewardEnv] * 2)
+    envs = SubprocVectorEnv([ArrayRewardEnv] * 2)
+    try:
+        oracle.reset(seed=0)
+        envs.reset(seed=0)
+        try:
+            want = oracle.step(np.zeros(2, dtype=np.int64))
+        except (TypeError, ValueError) as exc:  # numpy >= 2.4 refuses it in SyncVectorEnv
+            with pytest.raises(type(exc), match=r"reward as an array of shape \(1,\)") as got:
+                envs.step(np.zeros(2, dtype=np.int64))
+            assert getattr(got.value, "env_index", None) == 0
+        else:  # older numpy takes the single element (with a DeprecationWarning)
+            assert_same(envs.step(np.zeros(2, dtype=np.int64)), want)
+    finally:
+        envs.close()
+        oracle.close()
+
+
+BOX = spaces.Box(0, 100, shape=(3,), dtype=np.float32)
+BUFFER_CASES = {
+    "block": ({}, BOX),
+    "by_value": ({"shared_memory": False}, BOX),
+    "dict_in_block": ({}, spaces.Dict({"a": BOX, "b": spaces.Box(0, 100, (2,), np.int64)})),
+    "parent_envs": ({"num_workers": 1, "parent_envs": 1}, BOX),
+    "legacy": ({"info_format": "legacy"}, BOX),
+    "list": ({"info_format": "list"}, BOX),
+}
+
+
+def _final_obs_of(infos: Any, info_format: str, env: int) -> Any:
+    if info_format == "legacy":
+        return infos["final_observation"][env]
+    if info_format == "list":
+        return infos[env]["final_obs"]
+    return infos["final_obs"][env]
+
+
+def _final_info_t_of(infos: Any, info_format: str, env: int) -> Any:
+    if info_format == "legacy":
+        return infos["final_info"][env]["t"]
+    if info_format == "list":
+        return infos[env]["final_info"]["t"]
+    return infos["final_info"]["t"][env]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", list(BUFFER_CASES))
+def test_final_obs_of_an_env_that_reuses_its_buffer_is_the_final_one(case: str) -> None:
+    kwargs, space = BUFFER_CASES[case]
+    info_format = kwargs.get("info_format", "gymnasium")
+
+    def make() -> OneBufferEnv:
+        return OneBufferEnv(space)
+
+    envs = SubprocVectorEnv([make] * 2, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
+    try:
+        envs.reset(seed=0)
+        kept = []
+        for _ in range(2):  # two episode ends: the one kept must not change with the second
+            for _ in range(3):
+                obs, _, terminated, _, infos = envs.step(np.zeros(2, dtype=np.int64))
+            assert terminated.all()
+            for env in range(2):
+                final = _final_obs_of(infos, info_format, env)
+                leaves = final.values() if isinstance(final, dict) else [final]
+                assert all((leaf == 3).all() for leaf in leaves), final  # not the reset's 0
+                assert _final_info_t_of(infos, info_format, env) == 3
+            leaves = obs.values() if isinstance(obs, dict) else [obs]
+            assert all((leaf == 0).all() for leaf in leaves), obs
+            kept.append(infos)
+        first = _final_obs_of(kept[0], info_format, 0)  # still the first episode's end
+        assert all(
+            (leaf == 3).all() for leaf in (first.values() if isinstance(first, dict) else [first])
+        )
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_final_info_of_an_env_that_reuses_its_info_dict_matches_sync() -> None:
+    fns = [OneBufferEnv] * 2
+    oracle = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = SubprocVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        envs.reset(seed=0)
+        oracle.reset(seed=0)
+        for _ in range(3):
+            got = envs.step(np.zeros(2, dtype=np.int64))
+            want = oracle.step(np.zeros(2, dtype=np.int64))
+        # SyncVectorEnv copies the final info's values as it batches them (its final_obs is
+        # the buffer itself, so shows the reset's contents: see docs/compat.md)
+        assert_same(got[4]["final_info"], want[4]["final_info"])
+        assert got[4]["final_info"]["t"].tolist() == [3, 3]
+        assert_same(got[4]["t"], want[4]["t"])
+    finally:
+        envs.close()
+        oracle.close()
+
+
+def test_step_clock_env_measures_its_own_sleep() -> None:
+    # The clock the concurrency test relies on: start and end bracket the sleep.
+    env = StepClockEnv(0.01)
+    before = time.monotonic()
+    _, info = env.reset(seed=0)
+    assert before <= info["start"] < info["end"] <= time.monotonic()
