@@ -823,16 +823,27 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
 
         Raises:
             EnvError: an env's own ``close()`` raised; re-raised after everything is released.
+            UserWarning: the pending-call warning, where warnings are errors; raised after
+                everything is released.
         """
         if not getattr(self, "_backends", None):  # construction failed before any backend
             return
-        if self._state in _ASYNC_NAME:
-            # As AsyncVectorEnv warns (gymnasium's logger: UserWarning, its colours); the
-            # pending call's replies are then waited for, or dropped by seq, below.
-            logger.warn(
-                f"Calling `close` while waiting for a pending call to `{self._state.value}` "
-                "to complete."
-            )
+        try:
+            if self._state in _ASYNC_NAME:
+                # As AsyncVectorEnv warns (gymnasium's logger: UserWarning, its colours); the
+                # pending call's replies are then waited for, or dropped by seq, below.
+                logger.warn(
+                    f"Calling `close` while waiting for a pending call to `{self._state.value}` "
+                    "to complete."
+                )
+        except BaseException:
+            # Warnings turned into errors (-W error): release everything all the same.
+            self.closed = True
+            self._close_backends(timeout, terminate)
+            raise
+        self._close_backends(timeout, terminate)
+
+    def _close_backends(self, timeout: float | None, terminate: bool) -> None:
         bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
         if timeout is None and self._state is _State.BROKEN:
             # A worker already died; the rest may be stuck mid-step. Give them a short grace

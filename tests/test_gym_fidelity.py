@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import re
 import time
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -192,6 +193,19 @@ def test_close_with_a_call_pending_warns_as_async_then_closes() -> None:
     envs.call_async("get_t")
     with pytest.warns(UserWarning, match="pending call to `call` to complete"):
         envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_close_releases_everything_when_its_warning_is_an_error() -> None:
+    envs = SubprocVectorEnv([make_zoo("box_f64")] * 2)
+    envs.reset(seed=0)
+    envs.step_async(envs.action_space.sample())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="pending call to `step`"):
+            envs.close()
+    assert envs.closed  # and no worker or segment outlives the test (conftest checks)
+    envs.close()
 
 
 @pytest.mark.timeout(60)
