@@ -8,7 +8,9 @@ sides cannot disagree on a region's name, shape or meaning.
 Regions (``n`` envs; leaves of a Dict/Tuple space are numbered in ``_spaces.leaf_specs`` order):
 
     rewards (n,) float64, terminations (n,) bool, truncations (n,) bool
-    act<k> (n, *leaf shape)            actions, when the action space is shareable
+    act<k> (n * leaf size * W,) bytes  actions, when the action space is shareable: room for
+                                       the batch in any numeric dtype of up to W = max(8, the
+                                       leaf's itemsize) bytes (see :class:`ActionRegions`)
     obs<k> (n, *leaf shape)            observations, when shareable and shared_memory=True
     final_obs (n, *shape)              SAME_STEP, one leaf: ended envs' final observations
     obs0_slot1..obs0_slotS, obs_slot   extra observation batches and the cell naming the one
@@ -33,9 +35,11 @@ from subvec._shm import BlockLayout, has_free_space
 from subvec._slab import SlabArrays, final_obs_store
 
 __all__ = [
+    "ACTION_ITEMSIZE",
     "OBS_SLOTS",
     "OBS_SLOT_MAX_BYTES",
     "OBS_SLOT_MIN_BYTES",
+    "ActionRegions",
     "BatchViews",
     "BlockPlan",
     "ObsSlots",
@@ -51,6 +55,11 @@ OBS_SLOT_MIN_BYTES = 16 * 1024
 OBS_SLOTS = 3
 #: ...within this many bytes of block for them (/dev/shm is often small in containers).
 OBS_SLOT_MAX_BYTES = 64 * 2**20
+
+#: Each action region has room for this many bytes per element (or the leaf's own itemsize
+#: if larger), so a batch in another dtype than the space's (float64 for a float32 Box, int64
+#: for MultiBinary's int8) stays in the block in the caller's dtype.
+ACTION_ITEMSIZE = 8
 
 REWARDS, TERMINATIONS, TRUNCATIONS = "rewards", "terminations", "truncations"
 FINAL_OBS = "final_obs"
@@ -167,7 +176,8 @@ def plan_block(
     ]
     if act_shared:
         for k, leaf in enumerate(_spaces.leaf_specs(action_space)):
-            arrays.append((_act(k), leaf.dtype, (n, *leaf.shape)))
+            room = n * int(np.prod(leaf.shape, dtype=np.int64)) * _action_itemsize(leaf)
+            arrays.append((_act(k), np.dtype(np.uint8), (room,)))
     leaves = _spaces.leaf_specs(observation_space) if obs_shared else []
     for k, leaf in enumerate(leaves):
         arrays.append((_obs(k), leaf.dtype, (n, *leaf.shape)))
@@ -202,6 +212,67 @@ def _leaf_views(
     return _spaces.build_views(space, iter(leaves))
 
 
+def _action_itemsize(leaf: _spaces.LeafSpec) -> int:
+    return max(leaf.dtype.itemsize, ACTION_ITEMSIZE)
+
+
+class ActionRegions:
+    """The action regions, seen in whichever dtype a batch was stored in.
+
+    SyncVectorEnv hands each env its action in the caller's dtype, so the parent stores a
+    batch in its own dtype (``_spaces.batch_setter``) and tells the workers which one when it
+    is not the space's (a STEP payload); both sides view the same bytes through this class.
+    A region holds its leaf's own dtype, and any native bool, integer, float or complex dtype
+    of up to its itemsize.
+    """
+
+    def __init__(self, views: dict[str, np.ndarray], space: Space[Any], num_envs: int) -> None:
+        self.space = space
+        self.num_envs = num_envs
+        self.leaves = _spaces.leaf_specs(space)
+        self.raws = [views[_act(k)] for k in range(len(self.leaves))]
+        self._views: dict[tuple[int, str], np.ndarray] = {}
+        self._readers: dict[tuple[tuple[str, ...] | None, int, int], Callable[[int], Any]] = {}
+
+    def view(self, k: int, dtype: np.dtype[Any]) -> np.ndarray | None:
+        """Leaf ``k``'s ``(num_envs, *shape)`` batch in ``dtype``; None if it cannot hold it."""
+        key = (k, dtype.str)
+        found = self._views.get(key)
+        if found is not None:
+            return found
+        leaf = self.leaves[k]
+        if dtype != leaf.dtype and (
+            dtype.kind not in "biufc"
+            or not dtype.isnative
+            or dtype.itemsize > _action_itemsize(leaf)
+        ):
+            return None
+        count = self.num_envs * int(np.prod(leaf.shape, dtype=np.int64))
+        raw = self.raws[k][: count * dtype.itemsize]
+        array = raw.view(dtype).reshape(self.num_envs, *leaf.shape)
+        self._views[key] = array
+        return array
+
+    def reader(self, dtypes: tuple[str, ...] | None, lo: int, hi: int) -> Callable[[int], Any]:
+        """``read(row)`` of rows ``lo..hi`` (row 0 is env ``lo``) stored in ``dtypes`` (one per
+        leaf; None: the space's), as ``_spaces.row_reader`` reads them."""
+        key = (dtypes, lo, hi)
+        found = self._readers.get(key)
+        if found is not None:
+            return found
+        if dtypes is None:
+            dtypes = tuple(leaf.dtype.str for leaf in self.leaves)
+        rows = []
+        for k, name in enumerate(dtypes):
+            batch = self.view(k, np.dtype(name))
+            if batch is None:
+                raise ValueError(f"action leaf {k} cannot be held in dtype {name}")
+            rows.append(batch[lo:hi])
+        read = _spaces.row_reader(self.space, _spaces.build_views(self.space, iter(rows)))
+        self._readers[key] = read
+        return read
+
+
 def bind_rows(views: dict[str, np.ndarray], spec: AttachSpec, lo: int, hi: int) -> SlabArrays:
     """The rows ``lo..hi`` of the block, as the arrays an ``EnvSlab`` steps into.
 
@@ -210,15 +281,21 @@ def bind_rows(views: dict[str, np.ndarray], spec: AttachSpec, lo: int, hi: int) 
     if spec.observation_space is not None:
         rows = _leaf_views(views, _obs, spec.observation_space, lo, hi)
         write_obs = _spaces.row_writer(spec.observation_space, rows, env_offset=lo)
+    reader_for = None
     if spec.action_space is not None:
-        rows = _leaf_views(views, _act, spec.action_space, lo, hi)
-        read_action = _spaces.row_reader(spec.action_space, rows)
+        regions = ActionRegions(views, spec.action_space, spec.num_envs)
+        read_action = regions.reader(None, lo, hi)
+
+        def reader_for(dtypes: tuple[str, ...]) -> Callable[[int], Any]:
+            return regions.reader(dtypes, lo, hi)
+
     return SlabArrays(
         rewards=views[REWARDS][lo:hi],
         terminations=views[TERMINATIONS][lo:hi],
         truncations=views[TRUNCATIONS][lo:hi],
         write_obs=write_obs,
         read_action=read_action,
+        action_reader=reader_for,
         store_final_obs=final_obs_store(views[FINAL_OBS][lo:hi]) if spec.final_obs else None,
     )
 
@@ -276,8 +353,9 @@ class BatchViews:
     rewards: np.ndarray
     terminations: np.ndarray
     truncations: np.ndarray
-    #: ``store(actions)``: validate a batch of actions and write it (None: by value)
-    store_actions: Callable[[Any], None] | None
+    #: ``store(actions)``: validate a batch of actions and write it, saying how (see
+    #: ``_spaces.batch_setter``); None when the action space travels by value
+    store_actions: Callable[[Any], _spaces.Stored] | None
     #: the observation batch (a nest for Dict/Tuple), or None when observations travel by value
     observations: Any
     final_obs_rows: np.ndarray | None
@@ -289,8 +367,8 @@ class BatchViews:
         n = spec.num_envs
         store = observations = None
         if spec.action_space is not None:
-            batch = _leaf_views(views, _act, spec.action_space, 0, n)
-            store = _spaces.batch_setter(spec.action_space, batch, n)
+            regions = ActionRegions(views, spec.action_space, n)
+            store = _spaces.batch_setter(spec.action_space, regions.view, n)
         if spec.observation_space is not None:
             observations = _leaf_views(views, _obs, spec.observation_space, 0, n)
         return cls(

@@ -23,7 +23,7 @@ from copy import deepcopy
 from typing import Any
 
 import numpy as np
-from gymnasium import Space
+from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector.utils import (
@@ -42,12 +42,20 @@ from subvec._block import BatchViews
 from subvec._failures import FailurePolicy, RestartRecord
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, Part, make_merger
-from subvec._protocol import CallPayload, Command, ResetPayload, SetAttrPayload, Status
+from subvec._protocol import (
+    CallPayload,
+    Command,
+    ResetPayload,
+    SetAttrPayload,
+    Status,
+    StepPayload,
+)
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
+from subvec._spaces import BY_VALUE, Stored
 from subvec.errors import BrokenVectorEnvError, add_note
 
-__all__ = ["VectorFront"]
+__all__ = ["DEFAULT_AUTORESET", "VectorFront"]
 
 #: How long close() waits for workers to finish their envs' close() before escalating.
 DEFAULT_CLOSE_TIMEOUT = 10.0
@@ -70,6 +78,19 @@ _ASYNC_NAME = {
     _State.WAITING_STEP: "step_async",
     _State.WAITING_CALL: "call_async",
 }
+
+
+class _AutoresetDefault:
+    """The default of ``autoreset_mode``: NEXT_STEP, gymnasium's default, except with
+    ``info_format="legacy"``, whose only mode is SAME_STEP (gymnasium 0.29's). It reads as
+    gymnasium's default in signatures and ``help()``; given explicitly, NEXT_STEP with the
+    legacy format is refused."""
+
+    def __repr__(self) -> str:
+        return repr(AutoresetMode.NEXT_STEP)
+
+
+DEFAULT_AUTORESET = _AutoresetDefault()
 
 
 def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
@@ -108,7 +129,7 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
     def _configure(
         self,
         num_envs: int,
-        autoreset_mode: str | AutoresetMode | None,
+        autoreset_mode: str | AutoresetMode | _AutoresetDefault | None,
         info_format: str,
         *,
         copy: bool,
@@ -138,7 +159,7 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
                 f"info_format must be 'gymnasium', 'legacy' or 'list', got {info_format!r}"
             )
         self.info_format = info_format
-        if autoreset_mode is None:
+        if autoreset_mode is None or isinstance(autoreset_mode, _AutoresetDefault):
             autoreset_mode = (
                 AutoresetMode.SAME_STEP if info_format == "legacy" else AutoresetMode.NEXT_STEP
             )
@@ -179,27 +200,33 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             self.single_observation_space = obs_spaces[0]
             self.observation_space = batch_differing_spaces(obs_spaces)
         else:
+            # gymnasium's wording (code matching on it keeps working), then the expected form
             raise ValueError(
-                "observation_mode must be 'same', 'different' or a tuple "
-                f"(observation_space, single_observation_space), got {mode!r}"
+                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single "
+                f"and batch observation space, actual got {mode} (observation_mode must be "
+                "'same', 'different' or a tuple (observation_space, single_observation_space))"
             )
+        name = type(self).__name__
         for i, (obs_space, act_space) in enumerate(zip(obs_spaces, act_spaces)):
             if mode == "same":
                 if obs_space != self.single_observation_space:
                     raise RuntimeError(
-                        f"env {i} has observation space {obs_space} but env 0 has "
-                        f"{self.single_observation_space}; with observation_mode='same' they must "
-                        "be equal (use observation_mode='different' if this is intended)"
+                        f"{name}(..., observation_mode='same') however some of the "
+                        f"sub-environments observation spaces are not equivalent: env {i} has "
+                        f"{obs_space} but env 0 has {self.single_observation_space}. If this is "
+                        "intentional, use `observation_mode='different'` instead."
                     )
             elif not is_space_dtype_shape_equiv(obs_space, self.single_observation_space):
                 raise RuntimeError(
-                    f"env {i} has observation space {obs_space} whose shape/dtype differs from "
-                    f"{self.single_observation_space}"
+                    f"{name}(..., observation_mode='different' or custom space) however the "
+                    "sub-environment's observation spaces do not share a common shape and "
+                    f"dtype: env {i} has {obs_space}, env 0 has {self.single_observation_space}."
                 )
             if act_space != self.single_action_space:
                 raise RuntimeError(
-                    f"env {i} has action space {act_space} but env 0 has "
-                    f"{self.single_action_space}; all action spaces must be equal"
+                    "Some environments have an action space different from "
+                    f"`{self.single_action_space}`: env {i} has {act_space}. In order to batch "
+                    "actions, the action spaces from all environments must be equal."
                 )
 
     def _start(self, backends: Sequence[Backend], batch: BatchViews, final_obs: bool) -> None:
@@ -709,16 +736,33 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
                 f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: reset them "
                 "with reset(options={'reset_mask': mask}) before stepping again"
             )
-        if self._store_actions is not None:
-            # Validates every leaf before writing any, so a rejected batch changes nothing.
-            self._store_actions(actions)
-            per_env = None
-        else:
+        # Validates every leaf before writing any, so a rejected batch changes nothing.
+        stored = BY_VALUE if self._store_actions is None else self._store_actions(actions)
+        self._send_step(actions, stored)
+        self._state = _State.WAITING_STEP
+
+    def _send_step(self, actions: Any, stored: Stored) -> None:
+        """Send STEP for ``actions``, which ``store`` has put in the block as ``stored`` says
+        (see ``_spaces.batch_setter``). By value, each env gets its item of
+        ``iterate(action_space, actions)``, exactly as SyncVectorEnv hands it over.
+
+        Raises:
+            ValueError, TypeError: actions by value that are not one per env (nothing sent).
+        """
+        per_unit = None
+        payload = None
+        if stored is BY_VALUE:
             per_env = list(iterate(self.action_space, actions))
             if len(per_env) != self.num_envs:
                 raise ValueError(
                     f"expected {self.num_envs} actions, one per env, got {len(per_env)}"
                 )
+
+            def per_unit(unit: Unit) -> StepPayload:
+                return StepPayload(per_env[unit.lo : unit.hi])
+
+        elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
+            payload = StepPayload(None, stored)
         if self._any_restarted:
             self._restarted[:] = False
             self._any_restarted = False
@@ -730,16 +774,12 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
                 unit = self._unit(index)
                 self._restarted[unit.lo : unit.hi] = True
                 self._any_restarted = True
-        if self._obs_slots is not None:
+        if self._obs_slots is not None:  # only now: nothing was refused
             if self._answered:
                 self._fresh_obs_slot([self._unit(i) for i in self._answered])
             else:
                 self._pick_obs_slot()
-        if per_env is None:
-            self._send(Command.STEP)
-        else:
-            self._send(Command.STEP, per_unit=lambda unit: per_env[unit.lo : unit.hi])
-        self._state = _State.WAITING_STEP
+        self._send(Command.STEP, payload, per_unit=per_unit)
 
     def step_wait(
         self, timeout: float | None = None
@@ -988,13 +1028,33 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
 
         Units finish their current command, close their envs and exit. After ``timeout``
         seconds (default 10) or at once with ``terminate=True`` the stragglers get SIGTERM,
-        then SIGKILL (one more second).
+        then SIGKILL (one more second). With a call still pending, it warns first, as
+        AsyncVectorEnv does (``Calling `close` while waiting for a pending call to `step` to
+        complete.``, a ``UserWarning`` through gymnasium's logger).
 
         Raises:
             EnvError: an env's own ``close()`` raised; re-raised after everything is released.
+            UserWarning: the pending-call warning, where warnings are errors; raised after
+                everything is released.
         """
         if not getattr(self, "_backends", None):  # construction failed before any backend
             return
+        try:
+            if self._state in _ASYNC_NAME:
+                # As AsyncVectorEnv warns (gymnasium's logger: UserWarning, its colours); the
+                # pending call's replies are then waited for, or dropped by seq, below.
+                logger.warn(
+                    f"Calling `close` while waiting for a pending call to `{self._state.value}` "
+                    "to complete."
+                )
+        except BaseException:
+            # Warnings turned into errors (-W error): release everything all the same.
+            self.closed = True
+            self._close_backends(timeout, terminate)
+            raise
+        self._close_backends(timeout, terminate)
+
+    def _close_backends(self, timeout: float | None, terminate: bool) -> None:
         bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
         if timeout is None and self._state is _State.BROKEN:
             # A worker already died; the rest may be stuck mid-step. Give them a short grace

@@ -97,7 +97,7 @@ class LocalShare:
         slab = self.slab
         self._command = command
         if command is Command.STEP:
-            self._pending = lambda: slab.step(payload)
+            self._pending = lambda: slab.step() if payload is None else slab.step_with(payload)
         elif command is Command.RESET:
             self._pending = lambda: slab.reset(payload.seeds, payload.options, payload.mask)
         elif command is Command.STEP_ENVS:

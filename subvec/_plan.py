@@ -14,7 +14,14 @@ from multiprocessing.context import BaseContext
 
 import numpy as np
 
-__all__ = ["DEFAULT_SPIN_US", "Layout", "plan_layout", "resolve_context", "split"]
+__all__ = [
+    "DEFAULT_SPIN_US",
+    "Layout",
+    "check_max_concurrency",
+    "plan_layout",
+    "resolve_context",
+    "split",
+]
 
 #: Busy-poll window (microseconds) before blocking, used by processes that own a CPU. On a
 #: 2-vCPU VM a blocking wake-up costs tens of microseconds, more than a cheap env's step; the
@@ -33,6 +40,8 @@ class Layout:
         worker_spin_us: per worker, the busy-poll window for its next command (0: none).
         parent_spin_us: the parent's busy-poll window for replies (0: it blocks at once).
         partner: the worker that shares the parent's CPU and never spins, if any.
+        max_active: the most workers commanded to step or reset at once (``max_concurrency``
+            below the number of workers), or None: every worker at once.
     """
 
     bounds: tuple[tuple[int, int], ...]
@@ -40,6 +49,7 @@ class Layout:
     worker_spin_us: tuple[float, ...]
     parent_spin_us: float
     partner: int | None
+    max_active: int | None = None
 
     @property
     def num_workers(self) -> int:
@@ -61,7 +71,12 @@ def split(num_envs: int, num_workers: int, extra_last: bool = False) -> list[tup
 
 
 def _num_workers(
-    n: int, num_workers: int | None, envs_per_worker: int | None, cpus: int, parent_envs: int
+    n: int,
+    num_workers: int | None,
+    envs_per_worker: int | None,
+    cpus: int,
+    parent_envs: int,
+    max_concurrency: int | None,
 ) -> int:
     if num_workers is not None and envs_per_worker is not None:
         raise ValueError(
@@ -80,8 +95,30 @@ def _num_workers(
         if not isinstance(envs_per_worker, (int, np.integer)) or envs_per_worker < 1:
             raise ValueError(f"envs_per_worker must be a positive int, got {envs_per_worker!r}")
         return -(-n // int(envs_per_worker))
-    # The parent stepping envs itself is a process at work too: leave it a CPU.
-    return max(1, min(n, cpus - (1 if parent_envs else 0)))
+    # The parent stepping envs itself is a process at work too: leave it a CPU. No more
+    # workers than may step at once: each steps its envs one after the other, so that many
+    # workers honour max_concurrency with no waiting at all.
+    limit = n if max_concurrency is None else min(n, max_concurrency)
+    return max(1, min(limit, cpus - (1 if parent_envs else 0)))
+
+
+def check_max_concurrency(max_concurrency: object) -> int | None:
+    """``max_concurrency`` as gymnasium's AsyncVectorEnv checks it.
+
+    Raises:
+        ValueError: neither None nor a positive int.
+    """
+    if max_concurrency is None:
+        return None
+    if not isinstance(max_concurrency, (int, np.integer)):
+        raise ValueError(
+            f"`max_concurrency` must be an integer or None, got {type(max_concurrency)}."
+        )
+    if max_concurrency < 1:
+        raise ValueError(
+            f"`max_concurrency` must be a positive integer or None, got {max_concurrency}."
+        )
+    return int(max_concurrency)
 
 
 def _spin(
@@ -122,6 +159,7 @@ def plan_layout(
     num_workers: int | None = None,
     envs_per_worker: int | None = None,
     spin_us: float | None = None,
+    max_concurrency: int | None = None,
 ) -> Layout:
     """Plan the workers for ``num_envs`` envs on ``cpus`` usable CPUs.
 
@@ -132,27 +170,50 @@ def plan_layout(
         num_workers: worker processes; default ``min(envs in workers, cpus)``.
         envs_per_worker: alternatively, envs per worker.
         spin_us: one busy-poll window for every process; None picks per process.
+        max_concurrency: the most envs that may be in ``step`` or ``reset`` at once. By
+            default there are no more workers than that; with more workers (given by
+            ``num_workers`` or ``envs_per_worker``), ``max_active`` says how many may work at
+            once, and then nobody spins and there is no partner (a worker may wait for its
+            turn, and the parent for several turns).
 
     Returns:
         The :class:`Layout`.
 
     Raises:
-        ValueError: a count out of range, or both ``num_workers`` and ``envs_per_worker``.
+        ValueError: a count out of range, both ``num_workers`` and ``envs_per_worker``, or
+            ``max_concurrency`` with ``parent_envs`` (the parent's own envs step alongside
+            the workers, outside any limit).
     """
+    max_concurrency = check_max_concurrency(max_concurrency)
+    if max_concurrency is not None and parent_envs:
+        raise ValueError(
+            f"max_concurrency={max_concurrency} limits how many workers step at once, but "
+            f"parent_envs={parent_envs} envs step in the parent alongside them; pass one of "
+            "the two"
+        )
     if not isinstance(parent_envs, (int, np.integer)) or not 0 <= parent_envs < num_envs:
         raise ValueError(
             f"parent_envs must be an int in [0, num_envs - 1] = [0, {num_envs - 1}] "
             f"(at least one env runs in a worker), got {parent_envs!r}"
         )
     in_workers = num_envs - int(parent_envs)
-    n = _num_workers(in_workers, num_workers, envs_per_worker, cpus, int(parent_envs))
-    worker_spin, parent_spin, partner = _spin(n, spin_us, cpus, int(parent_envs))
+    n = _num_workers(
+        in_workers, num_workers, envs_per_worker, cpus, int(parent_envs), max_concurrency
+    )
+    max_active = max_concurrency if max_concurrency is not None and max_concurrency < n else None
+    if max_active is None:
+        worker_spin, parent_spin, partner = _spin(n, spin_us, cpus, int(parent_envs))
+    else:
+        # Turns: a worker waits for its turn and the parent for several; nobody spins unless
+        # told to, and no worker partners the parent (it would not always reply last).
+        worker_spin, parent_spin, partner = _spin(n, spin_us if spin_us else 0.0, cpus, 0)
     return Layout(
         bounds=tuple(split(in_workers, n, extra_last=partner is not None)),
         parent_envs=int(parent_envs),
         worker_spin_us=worker_spin,
         parent_spin_us=parent_spin,
         partner=partner,
+        max_active=max_active,
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import select
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -138,6 +139,10 @@ class WorkerPool:
         daemon: start the workers as daemons.
         spin_s: seconds to busy-poll for replies before blocking (0: block at once).
         partner: the worker that shares the parent's CPU (see ``gather``), if any.
+        max_active: the most workers that may be stepping or resetting at once (None: all).
+            A STEP or RESET then goes to that many workers first, and to the next one each
+            time one answers (``gather``), so at most that many envs are in ``step`` or
+            ``reset`` at any moment (a worker steps its envs one after the other).
     """
 
     inline = False
@@ -153,6 +158,7 @@ class WorkerPool:
         *,
         spin_s: float = 0.0,
         partner: int | None = None,
+        max_active: int | None = None,
     ) -> None:
         self.ctx = ctx
         self.factories = factories
@@ -170,6 +176,10 @@ class WorkerPool:
         self._quick: _Quick | None = None
         #: the pickled ATTACH command, kept to attach a replacement worker
         self._attach_payload = b""
+        self.max_active = max_active
+        #: with ``max_active``: the workers still waiting for their turn at the command being
+        #: gathered, with its frame (sent by ``gather`` as earlier workers answer)
+        self._queued: deque[tuple[Worker, Command, bytes]] = deque()
 
     def _forget_workers(self) -> None:
         """Drop what is kept per set of workers (after a start or a replacement)."""
@@ -276,8 +286,19 @@ class WorkerPool:
         targets = self._send_order() if units is None else units
         dump = cloudpickle.dumps if command in _CLOUDPICKLED else proto.dumps
         data = b"" if payload is None else dump(payload)
-        for worker in targets:
-            self.send_to(worker, command, data if per_unit is None else dump(per_unit(worker)))
+        self._queued.clear()  # a command gathered no further (interrupted) has no more turns
+        first = len(targets)
+        if self.max_active is not None and command in _IN_TURNS:
+            first = self.max_active
+        for i, worker in enumerate(targets):
+            frame = data if per_unit is None else dump(per_unit(worker))
+            if i < first:
+                self.send_to(worker, command, frame)
+            else:
+                # Its turn comes when an earlier worker answers. Until then no reply is
+                # awaited from it: a late frame of an abandoned command is stale.
+                worker.expected = None
+                self._queued.append((worker, command, frame))
 
     def send_to(self, worker: Worker, command: Command, payload: bytes = b"") -> None:
         """Send one frame to ``worker``; its reply is the one awaited from now on."""
@@ -287,6 +308,14 @@ class WorkerPool:
             proto.write_frame(worker.cmd_fd, command, worker.seq, payload)
         except OSError:
             pass  # EPIPE: the worker is gone; gather() learns how from its sentinel
+
+    def _next_turn(self, pending: dict[int, Worker]) -> None:
+        """A worker answered (or died): command the next one waiting for its turn."""
+        while self._queued:
+            worker, command, frame = self._queued.popleft()
+            if worker.index in pending:  # not dead meanwhile
+                self.send_to(worker, command, frame)
+                return
 
     def collect(
         self,
@@ -441,7 +470,7 @@ class WorkerPool:
         """
         workers = list(self.resources.workers)
         first = self.wait_first
-        if self.spin_s or first is None:
+        if self.spin_s or first is None or self.max_active is not None:
             return None
         order = self._send_order()
         partner_poll = self._partner_poller(workers[first]).poll
@@ -570,7 +599,14 @@ class WorkerPool:
         spinning = self.spin_s and self._wait_estimate < self.spin_s
         spin_until = started + self.spin_s if spinning else 0.0
         first = self.wait_first
-        if first is not None and kept and not spin_until and len(pending) > 1 and first in pending:
+        if (
+            first is not None
+            and kept
+            and not spin_until
+            and len(pending) > 1
+            and first in pending
+            and not self._queued
+        ):
             # The partner (the worker that shares our CPU) starts last and so ends last: sleep
             # until it answers (or anyone dies) instead of waking once per worker. The others'
             # replies wait in their pipes and are read by the loop below without a wake-up.
@@ -591,8 +627,15 @@ class WorkerPool:
                 # Past the deadline, still take what is already there: only the silent hung.
                 events = poller.poll(int(remaining * 1000) + 1 if remaining > 0 else 0)
                 if not events:
+                    waiting = {q.index for q, _, _ in self._queued}
+                    self._queued.clear()
                     for w in sorted(pending.values(), key=lambda w: w.index):
                         message = f"no reply from {w.describe()} after {timeout:g} s {what}"
+                        if w.index in waiting:
+                            message += (
+                                " (never commanded: the workers before it in turn took the "
+                                f"whole time; at most {self.max_active} work at once)"
+                            )
                         failures.append(Failure(w, "hung", message))
                     break
             for fd, _ in events:
@@ -621,11 +664,14 @@ class WorkerPool:
                         # its sentinel stays readable from now on
                         self._poller = self._quick = None
                     if stop_at_death:
+                        self._queued.clear()
                         return replies, failures
                 else:
                     assert isinstance(reply, tuple)
                     replies[worker.index] = reply
                     worker.expected = None
+                if self._queued:
+                    self._next_turn(pending)
         if kept and not failures:
             self._wait_estimate = 0.5 * (self._wait_estimate + time.perf_counter() - started)
         return replies, failures
@@ -693,6 +739,7 @@ class WorkerPool:
         everything, whatever happened while asking. Returns the first error an env's close()
         raised, if any."""
         error: BaseException | None = None
+        self._queued.clear()  # an interrupted command's remaining turns never come
         try:
             live = [w for w in self.workers if w.process.is_alive()]
             if live and not terminate_now:
@@ -715,3 +762,6 @@ _STALE = object()
 PLAIN_OK: Reply = (Status.OK, b"")
 #: commands whose payloads may hold lambdas and closures (a call's arguments, attribute values)
 _CLOUDPICKLED = (Command.CALL, Command.SET_ATTR)
+#: commands that run envs, and so take turns with ``max_active`` (gymnasium's max_concurrency
+#: limits ``step`` and ``reset``; calls and attributes run everywhere at once)
+_IN_TURNS = (Command.STEP, Command.RESET)

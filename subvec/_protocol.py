@@ -46,6 +46,7 @@ __all__ = [
     "SetAttrPayload",
     "Status",
     "StepEnvsPayload",
+    "StepPayload",
     "WorkerHello",
     "dumps",
     "finish_frame",
@@ -65,7 +66,7 @@ class Command(IntEnum):
 
     ATTACH = 1  # payload: AttachSpec; map the shared block, bind the envs' rows
     RESET = 2  # payload: ResetPayload
-    STEP = 3  # payload: empty (actions in shared memory) or pickled per-env actions
+    STEP = 3  # payload: empty (actions in shared memory, the space's dtypes) or StepPayload
     CALL = 4  # payload: CallPayload; get_attr is CALL of a non-callable
     SET_ATTR = 5  # payload: SetAttrPayload
     CLOSE = 6  # payload: empty; the worker closes its envs, replies, exits
@@ -185,6 +186,15 @@ class StepEnvsPayload(NamedTuple):
 
     envs: Sequence[int]
     actions: Sequence[Any]
+
+
+class StepPayload(NamedTuple):
+    """STEP with something to say (a plain STEP has no payload: the actions are in the block,
+    in the action space's dtypes): the actions of the unit's envs by value, or the dtypes
+    (``np.dtype.str``, one per action leaf) the parent stored them in the block with."""
+
+    actions: Sequence[Any] | None
+    action_dtypes: tuple[str, ...] | None = None
 
 
 class CallPayload(NamedTuple):

@@ -27,7 +27,16 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-__all__ = ["EnvSlab", "FinalObsInBlock", "SlabArrays", "SlabResult", "final_obs_store"]
+from subvec._protocol import StepPayload
+
+__all__ = [
+    "EnvSlab",
+    "FinalObsInBlock",
+    "SlabArrays",
+    "SlabResult",
+    "final_obs_store",
+    "snapshot",
+]
 
 InfoEvent = tuple[int, dict[str, Any]]
 
@@ -46,6 +55,9 @@ class SlabArrays:
     truncations: np.ndarray
     write_obs: Callable[[Any, int], None] | None = None
     read_action: Callable[[int], Any] | None = None
+    #: ``action_reader(dtypes)``: a ``read_action`` for a batch the parent stored in other
+    #: dtypes than the space's (one per leaf; see ``_block.ActionRegions``)
+    action_reader: Callable[[tuple[str, ...]], Callable[[int], Any]] | None = None
     #: SAME_STEP: ``store(final_obs, i) -> bool`` keeps an ended env's final observation in
     #: the block when it fits it exactly (type, dtype, shape); see :class:`FinalObsInBlock`
     store_final_obs: Callable[[Any, int], bool] | None = None
@@ -82,6 +94,37 @@ def final_obs_store(rows: np.ndarray) -> Callable[[Any, int], bool]:
         return False
 
     return store
+
+
+def snapshot(value: Any) -> Any:
+    """A copy of an observation or info as it is now: arrays copied, dicts, tuples and lists
+    rebuilt, anything else (their subclasses too) as it is: what SyncVectorEnv copies when it
+    batches an info."""
+    if type(value) is np.ndarray:
+        return value.copy()
+    if type(value) is dict:
+        return {key: snapshot(item) for key, item in value.items()}
+    if type(value) is tuple or type(value) is list:
+        return type(value)(snapshot(item) for item in value)
+    return value
+
+
+def _unbatchable(
+    exc: TypeError | ValueError, reward: Any, terminated: Any, truncated: Any
+) -> TypeError | ValueError:
+    """The error numpy raised storing a step's reward or flags, saying which value it was.
+    Same type as numpy's (SyncVectorEnv stores them the same way and raises that error)."""
+    values = {"reward": reward, "terminated": terminated, "truncated": truncated}
+    arrays = [(k, v) for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim]
+    if arrays:
+        name, array = arrays[0]
+        what = f"an array of shape {array.shape} ({array.dtype})"
+    else:
+        name, what = "reward/terminated/truncated", repr((reward, terminated, truncated))
+    return type(exc)(
+        f"step returned {name} as {what}, which numpy cannot store as one env's scalar "
+        f"({exc}); return a scalar, e.g. float(reward[0])"
+    )
 
 
 class EnvSlab:
@@ -138,11 +181,26 @@ class EnvSlab:
                 result.infos.append((i, info))
         return result
 
-    def step(self, actions: Sequence[Any] | None = None) -> SlabResult:
-        """Step every env once with its action (read from the bound array unless given)."""
+    def step_with(self, payload: StepPayload) -> SlabResult:
+        """Step every env with the actions a STEP payload names: given by value, or in the
+        bound arrays in the dtypes it lists."""
+        if payload.actions is not None:
+            return self.step(payload.actions)
+        assert self.arrays is not None and self.arrays.action_reader is not None
+        assert payload.action_dtypes is not None
+        return self.step(read=self.arrays.action_reader(payload.action_dtypes))
+
+    def step(
+        self, actions: Sequence[Any] | None = None, read: Callable[[int], Any] | None = None
+    ) -> SlabResult:
+        """Step every env once with its action: ``actions[i]`` if given, else ``read(i)``
+        (default: the bound arrays' reader)."""
         arrays = self.arrays
         assert arrays is not None, "bind() first"
-        read = arrays.read_action
+        if actions is not None:
+            read = actions.__getitem__
+        elif read is None:
+            read = arrays.read_action
         write = arrays.write_obs
         rewards, terms, truncs = arrays.rewards, arrays.terminations, arrays.truncations
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
@@ -161,17 +219,22 @@ class EnvSlab:
                     truncs[i] = False
                     needs_reset[i] = False
                 else:
-                    action = read(i) if read is not None else actions[i]  # type: ignore[index]
-                    obs, reward, terminated, truncated, info = env.step(action)
-                    rewards[i] = reward
-                    terms[i] = terminated
-                    truncs[i] = truncated
+                    obs, reward, terminated, truncated, info = env.step(read(i))  # type: ignore[misc]
+                    try:
+                        rewards[i] = reward
+                        terms[i] = terminated
+                        truncs[i] = truncated
+                    except (TypeError, ValueError) as exc:
+                        raise _unbatchable(exc, reward, terminated, truncated) from None
                     if terminated or truncated:
                         if same_step:
+                            # Taken before reset(): an env that mutates and returns one buffer
+                            # (or info dict) would otherwise show the reset's contents there.
                             if store_final is None or not store_final(obs, i):
-                                infos.append((i, {"final_obs": obs, "final_info": info}))
+                                final = {"final_obs": snapshot(obs), "final_info": snapshot(info)}
+                                infos.append((i, final))
                             elif info:
-                                kept = {"final_obs": FinalObsInBlock, "final_info": info}
+                                kept = {"final_obs": FinalObsInBlock, "final_info": snapshot(info)}
                                 infos.append((i, kept))
                             obs, info = env.reset()
                         else:

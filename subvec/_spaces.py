@@ -21,7 +21,9 @@ import numpy as np
 from gymnasium import spaces
 
 __all__ = [
+    "BY_VALUE",
     "LeafSpec",
+    "Stored",
     "batch_setter",
     "build_views",
     "is_shareable",
@@ -205,63 +207,99 @@ def row_reader(space: spaces.Space[Any], batch: Any) -> Callable[[int], Any]:
 # --- parent side: validate and store a batch of actions ------------------------------------
 
 
-def batch_setter(space: spaces.Space[Any], batch: Any, num_envs: int) -> Callable[[Any], None]:
-    """Return ``store(actions)`` that validates a batch of actions against the *single* space
-    and copies it into ``batch``. Raises before anything is written when any leaf is wrong, so a
-    rejected batch leaves the previous actions intact."""
-    leaves = leaf_specs(space)
-    arrays = list(_flatten(space, batch))
+class _ByValue:
+    """What ``store`` returns when the actions must travel by value (see :func:`batch_setter`)."""
 
-    def store(actions: Any) -> None:
-        values = []
-        for spec, value in zip(leaves, _flatten_actions(space, actions, ())):
-            arr = value if type(value) is np.ndarray else np.asarray(value)
+    def __repr__(self) -> str:
+        return "BY_VALUE"
+
+
+#: ``store(actions)`` stored nothing: the actions travel by value, exactly as given.
+BY_VALUE = _ByValue()
+
+#: What ``store(actions)`` did: None (every leaf in the block, in its space's dtype), a tuple
+#: with each leaf's dtype (``np.dtype.str``) when some leaf came in another dtype and is in the
+#: block in that dtype, or :data:`BY_VALUE`.
+Stored = tuple[str, ...] | _ByValue | None
+
+
+def batch_setter(
+    space: spaces.Space[Any],
+    view: Callable[[int, np.dtype[Any]], np.ndarray | None],
+    num_envs: int,
+) -> Callable[[Any], Stored]:
+    """Return ``store(actions)`` that validates a batch of actions against the *single* space
+    and copies it into the block, keeping the caller's dtype: SyncVectorEnv hands each env
+    ``iterate(action_space, actions)``, so a float64 batch for a float32 Box reaches the envs as
+    float64, a list as its items.
+
+    Args:
+        space: the single action space (shareable).
+        view: ``view(leaf, dtype)``: the ``(num_envs, *shape)`` array of leaf ``leaf``
+            (``leaf_specs`` order) in the block in ``dtype``, or None when the block cannot
+            hold the leaf in that dtype.
+        num_envs: the batch size.
+
+    Returns:
+        ``store(actions) -> Stored``: an ndarray leaf of the right shape is copied in (in its
+        own dtype where the block can hold it); a leaf that is not an ndarray (a list, a
+        scalar, a tensor) or whose dtype the block cannot hold makes the whole batch travel
+        by value, and nothing is written. Raises (before anything is written) when an ndarray
+        leaf has the wrong shape or the nest is wrong, so a rejected batch leaves the previous
+        actions intact.
+    """
+    leaves = leaf_specs(space)
+    defaults = [view(k, leaf.dtype) for k, leaf in enumerate(leaves)]
+
+    def store(actions: Any) -> Stored:
+        given = list(_flatten_actions(space, actions, ()))
+        targets: list[np.ndarray] = []
+        odd = False
+        for k, (spec, value) in enumerate(zip(leaves, given)):
+            if type(value) is not np.ndarray:
+                return BY_VALUE  # iterate() hands the envs its items as they are
             expected = (num_envs, *spec.shape)
-            if arr.shape != expected:
+            if value.shape != expected:
                 where = f"actions{_describe(spec.path)}"
-                if arr.ndim >= 1 and arr.shape[0] != num_envs:
+                if value.ndim == 0:
+                    # As iterate() over a 0-d batch: a TypeError, it is not a batch at all
+                    raise TypeError(
+                        f"{where}: expected a batch of {num_envs} actions (shape {expected}), "
+                        f"got a 0-d array {value!r}"
+                    )
+                if value.shape[0] != num_envs:
                     raise ValueError(
                         f"{where}: expected a batch of {num_envs} actions (shape {expected}), "
-                        f"got {arr.shape[0]} (shape {arr.shape})"
+                        f"got {value.shape[0]} (shape {value.shape})"
                     )
-                raise ValueError(f"{where}: expected shape {expected}, got {arr.shape}")
-            if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
-                raise TypeError(
-                    f"actions{_describe(spec.path)}: dtype {arr.dtype} cannot be cast to the "
-                    f"action space's dtype {spec.dtype}"
-                )
-            values.append(arr)
-        for dst, arr in zip(arrays, values):
-            np.copyto(dst, arr, casting="same_kind")
+                raise ValueError(f"{where}: expected shape {expected}, got {value.shape}")
+            target = defaults[k] if value.dtype == spec.dtype else view(k, value.dtype)
+            if target is None:
+                return BY_VALUE
+            odd = odd or target is not defaults[k]
+            targets.append(target)
+        for target, value in zip(targets, given):
+            np.copyto(target, value)  # same dtype and shape: a plain copy
+        return tuple(v.dtype.str for v in given) if odd else None
 
-    if len(arrays) != 1 or leaves[0].path:
+    if len(leaves) != 1 or leaves[0].path:
         return store
     # The common case (one Box/Discrete/... leaf): an ndarray of exactly the right shape and
     # dtype is copied straight in; anything else takes the checked path.
-    target = arrays[0]
+    target = defaults[0]
+    assert target is not None
 
-    def store_exact(actions: Any) -> None:
+    def store_exact(actions: Any) -> Stored:
         if (
             type(actions) is np.ndarray
             and actions.shape == target.shape
             and actions.dtype == target.dtype
         ):
             np.copyto(target, actions)
-        else:
-            store(actions)
+            return None
+        return store(actions)
 
     return store_exact
-
-
-def _flatten(space: spaces.Space[Any], batch: Any) -> Iterator[np.ndarray]:
-    if isinstance(space, spaces.Dict):
-        for key, sub in space.spaces.items():
-            yield from _flatten(sub, batch[key])
-    elif isinstance(space, spaces.Tuple):
-        for i, sub in enumerate(space.spaces):
-            yield from _flatten(sub, batch[i])
-    else:
-        yield batch
 
 
 def _flatten_actions(

@@ -209,7 +209,8 @@ class _Server:
         if self.obs_writers and command in _WRITES_OBS:
             self._point_obs_rows()
         if command is _STEP:  # first: the per-step case
-            reply = self._step_reply(slab.step(proto.loads(payload) if payload else None))
+            result = slab.step_with(proto.loads(payload)) if payload else slab.step()
+            reply = self._step_reply(result)
             return (Status.OK_PAYLOAD if reply else Status.OK), reply
         elif command is Command.RESET:
             reset: proto.ResetPayload = proto.loads(payload)

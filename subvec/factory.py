@@ -31,7 +31,8 @@ __all__ = ["VECTOR_KWARGS", "EnvFactory", "check_kwargs", "make_vec"]
 VECTOR_KWARGS: tuple[str, ...] = tuple(
     name
     for name, p in inspect.signature(SubprocVectorEnv.__init__).parameters.items()
-    if p.kind is inspect.Parameter.KEYWORD_ONLY
+    if name not in ("self", "env_fns")
+    and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 )
 
 # Arguments people bring from gymnasium.make_vec or SubprocVectorEnv, and what to do instead.

@@ -38,9 +38,9 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._failures import DEFAULT_MAX_RESTARTS
-from subvec._front import _WAITING, VectorFront, _State
+from subvec._front import _WAITING, DEFAULT_AUTORESET, VectorFront, _State
 from subvec._local import LocalShare
-from subvec._plan import Layout, plan_layout, resolve_context
+from subvec._plan import Layout, check_max_concurrency, plan_layout, resolve_context
 from subvec._pool import WorkerPool, release
 from subvec._protocol import Command
 from subvec._shm import SharedBlock
@@ -60,19 +60,30 @@ class SubprocVectorEnv(VectorFront):
     against ``SyncVectorEnv`` for the same seeds), with several envs per worker, one shared block
     for every fixed-size array, and errors that name the env and keep the worker's traceback.
 
+    The first five parameters are gymnasium 1.4's ``AsyncVectorEnv(env_fns, shared_memory,
+    copy, context, daemon)``, positional or keyword; every other option is keyword-only.
+
     Args:
         env_fns: callables that build the envs (lambdas and closures work: cloudpickle).
-        num_workers: worker processes; default ``min(num_envs, usable CPUs)``.
-        envs_per_worker: alternatively, envs per worker (the last workers may get one fewer).
-        autoreset_mode: an ``AutoresetMode`` or its value/name ("NextStep", "same_step", ...).
         shared_memory: observations in shared memory (else pickled through the reply pipes).
         copy: return fresh observation arrays; ``False`` returns views valid until the next call.
         context: multiprocessing start method; default forkserver on Linux, spawn elsewhere.
         daemon: start workers as daemons (killed with the parent's interpreter).
+        worker: gymnasium's custom worker function; only None is accepted (see Raises).
+        observation_mode: ``"same"``, ``"different"`` or ``(observation_space, single_space)``.
+        autoreset_mode: an ``AutoresetMode`` or its value/name ("NextStep", "same_step", ...).
+            Default NEXT_STEP, as gymnasium's; with ``info_format="legacy"`` the default is
+            SAME_STEP, the only mode that format has (an explicit other mode is refused).
+        max_concurrency: the most envs in ``step`` or ``reset`` at once, as gymnasium's (None:
+            no limit; calls and attributes are not limited). A worker steps its envs one
+            after the other, so by default there are at most that many workers; with more
+            workers (``num_workers``/``envs_per_worker``), a step or reset is sent to that
+            many and then to the next worker each time one answers.
+        num_workers: worker processes; default ``min(num_envs, usable CPUs, max_concurrency)``.
+        envs_per_worker: alternatively, envs per worker (the last workers may get one fewer).
         numa: placement of workers on NUMA nodes (``"auto"``, ``None``, ``True``, a
             ``{node: [cpus]}`` dict or a topology); see docs/numa.md.
         pin: ``"node"`` (a worker may use its node's CPUs) or ``"core"`` (one CPU per worker).
-        observation_mode: ``"same"``, ``"different"`` or ``(observation_space, single_space)``.
         info_format: ``"gymnasium"`` (1.x ``_key`` masks) or ``"legacy"`` (gymnasium 0.29's
             ``final_observation``/``final_info`` object arrays that CleanRL reads; implies
             same-step autoreset), or ``"list"`` (one dict per env: the step's info; for an env
@@ -97,22 +108,31 @@ class SubprocVectorEnv(VectorFront):
         batch_size: how many envs ``recv()`` returns by default with asynchronous stepping
             (``async_reset``/``send``/``recv``/``drain``; docs/async.md). None: num_envs.
             ``reset()`` and ``step()`` stay lock-step over every env.
+
+    Raises:
+        ValueError: ``worker`` is not None (subvec's workers each run several envs from
+            cloudpickled factories and speak their own protocol, so gymnasium's per-env
+            worker function cannot run in them), or a bad option value.
     """
 
     def __init__(
         self,
         env_fns: Iterable[Callable[[], Env[Any, Any]]],
-        *,
-        num_workers: int | None = None,
-        envs_per_worker: int | None = None,
-        autoreset_mode: str | AutoresetMode | None = None,
         shared_memory: bool = True,
         copy: bool = True,
         context: str | BaseContext | None = None,
         daemon: bool = True,
+        *,
+        worker: Callable[..., Any] | None = None,
+        observation_mode: str | tuple[Space[Any], Space[Any]] = "same",
+        # Reads as gymnasium's default; with info_format="legacy" it means SAME_STEP (and None,
+        # this option's former default, still means the default).
+        autoreset_mode: str | AutoresetMode = DEFAULT_AUTORESET,  # type: ignore[assignment]
+        max_concurrency: int | None = None,
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
         numa: Any = "auto",
         pin: str = "node",
-        observation_mode: str | tuple[Space[Any], Space[Any]] = "same",
         info_format: str = "gymnasium",
         timeout: float | None = None,
         start_timeout: float | None = None,
@@ -123,6 +143,15 @@ class SubprocVectorEnv(VectorFront):
         batch_size: int | None = None,
     ) -> None:
         super().__init__()
+        if worker is not None:
+            raise ValueError(
+                f"worker={worker!r} is not supported: a subvec worker process runs several "
+                "envs, built from cloudpickled env_fns, and exchanges actions and results with "
+                "the parent through the shared block, so gymnasium's custom worker function "
+                "(one env, gymnasium's pipe protocol) has nowhere to run. To change what a "
+                "step or reset does, wrap the env in its factory (a gymnasium.Wrapper); for a "
+                "custom worker, use gymnasium.vector.AsyncVectorEnv."
+            )
         self.env_fns = list(env_fns)
         if not self.env_fns:
             raise ValueError("env_fns is empty: a vector env needs at least one env factory")
@@ -148,7 +177,10 @@ class SubprocVectorEnv(VectorFront):
             num_workers=num_workers,
             envs_per_worker=envs_per_worker,
             spin_us=spin_us,
+            max_concurrency=max_concurrency,
         )
+        #: the most envs in ``step`` or ``reset`` at once (None: no limit)
+        self.max_concurrency = check_max_concurrency(max_concurrency)
         self.parent_envs = self.layout.parent_envs
         self.num_workers = self.layout.num_workers
         #: the busy-poll window of the workers that spin (0: none does)
@@ -167,6 +199,7 @@ class SubprocVectorEnv(VectorFront):
             self.daemon,
             spin_s=self.layout.parent_spin_us * 1e-6,
             partner=self.layout.partner,
+            max_active=self.layout.max_active,
         )
         self._finalizer = weakref.finalize(self, release, self._pool.resources)
         # The tracker must run before any worker exists so that all share it (see _shm).
@@ -284,10 +317,14 @@ class SubprocVectorEnv(VectorFront):
             # step_async + step_wait without the checks and branches that cannot apply here:
             # on a cheap env the parent's Python is on the critical path (its CPU is the
             # partner's too).
-            store(actions)  # validates every leaf before writing any
+            stored = store(actions)  # validates every leaf before writing any
             # Not kept in this frame: if the gather raises, a traceback the caller keeps would
             # hold the action views, and through them the shared block, open after close().
             del store
+            if stored is not None:  # another dtype than the space's, or by value
+                self._send_step(actions, stored)
+                self._state = _State.WAITING_STEP
+                return self.step_wait()
             if self._obs_slots is not None:
                 self._pick_obs_slot()
             self._state = state = _State.WAITING_STEP

@@ -377,3 +377,89 @@ class BigIntInfoEnv(ZooEnv):
         value = self.value if self.t == 1 else 1
         info: dict[str, Any] = {"n": {"deep": value}} if self.nested else {"big": value}
         return obs, reward, terminated, truncated, info
+
+
+class SleepActionEnv(gym.Env[np.ndarray, Any]):
+    """Sleeps for its action, as gymnasium's own test env does: ``time.sleep`` takes a Python
+    float or a numpy float64, not a float32, so it fails unless the action arrives in the
+    dtype the caller passed."""
+
+    observation_space = spaces.Box(0, 1, shape=(2,), dtype=np.float32)
+    action_space = spaces.Box(0.0, 1.0, shape=(), dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action: Any):
+        time.sleep(action)
+        return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
+
+
+class ArrayRewardEnv(gym.Env[np.ndarray, int]):
+    """Returns its reward as a numpy array of shape (1,) (a common slip in custom envs)."""
+
+    observation_space = spaces.Box(0, 1, shape=(2,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action: Any):
+        return np.zeros(2, dtype=np.float32), np.array([1.5]), False, False, {}
+
+
+class OneBufferEnv(gym.Env[Any, int]):
+    """Mutates and returns one observation buffer (and one info dict) on every step and reset.
+    Gymnasium asks envs not to, but some do; an episode ends every third step. The observation
+    is filled with the step count (0 after a reset) and the info holds it too."""
+
+    def __init__(self, obs_space: spaces.Space[Any] | None = None) -> None:
+        self.observation_space = obs_space or spaces.Box(0, 100, shape=(3,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.buffer = self.observation_space.sample()
+        self.info: dict[str, Any] = {}
+        self.t = 0
+
+    def _fill(self) -> Any:
+        if isinstance(self.buffer, dict):
+            for value in self.buffer.values():
+                value[...] = self.t
+        else:
+            self.buffer[...] = self.t
+        self.info["t"] = self.t
+        self.info["t_array"] = np.full(2, self.t)
+        return self.buffer
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._fill(), self.info
+
+    def step(self, action: Any):
+        self.t += 1
+        return self._fill(), 0.0, self.t % 3 == 0, False, self.info
+
+
+class StepClockEnv(gym.Env[np.ndarray, int]):
+    """Sleeps in each step and reset, and reports when it started and ended (``time.monotonic``
+    is one clock for every process of the machine)."""
+
+    observation_space = spaces.Box(0, 1, shape=(2,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, seconds: float = 0.05) -> None:
+        self.seconds = seconds
+
+    def _timed(self) -> dict[str, float]:
+        start = time.monotonic()
+        time.sleep(self.seconds)
+        return {"start": start, "end": time.monotonic()}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), self._timed()
+
+    def step(self, action: Any):
+        return np.zeros(2, dtype=np.float32), 0.0, False, False, self._timed()

@@ -148,3 +148,23 @@ def test_no_slots_when_dev_shm_has_no_room_for_them(monkeypatch: pytest.MonkeyPa
         assert first.base is None  # a copy of the block's batch
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("act_space", [spaces.Text(3), spaces.Discrete(3)], ids=["pipe", "list"])
+def test_actions_by_value_never_write_a_held_batch(act_space: spaces.Space[str]) -> None:
+    # Actions that travel by value (a space the block cannot hold, or a list) take another
+    # path to the workers than the block's; it too must point them at a free slot.
+    fns = [lambda: ZooEnv(IMAGE, act_space, max_steps=10**6, terminate_prob=0.0)] * 4
+    envs, oracle = SubprocVectorEnv(fns, num_workers=2), SyncVectorEnv(fns)
+    try:
+        held, _ = envs.reset(seed=1)
+        want, _ = oracle.reset(seed=1)
+        envs.action_space.seed(0)
+        for t in range(6):
+            actions = list(envs.action_space.sample())
+            assert_same(envs.step(actions)[0], oracle.step(actions)[0], f"step {t}")
+            assert np.array_equal(held, want), f"the reset's batch changed at step {t}"
+    finally:
+        envs.close()
+        oracle.close()
