@@ -149,17 +149,17 @@ def _slow(seconds: float) -> Any:
 
 @pytest.mark.timeout(60)
 def test_surplus_envs_are_held_and_returned_first() -> None:
-    envs = SubprocVectorEnv([_slow(0.0)] * 4, envs_per_worker=1, batch_size=2)
+    # Resets are instant and steps take 0.5 s: the resets sent first are ready long before
+    # the steps sent after them, whatever the machine's load.
+    envs = SubprocVectorEnv([_slow(0.5)] * 4, envs_per_worker=1, batch_size=2)
     try:
         envs.async_reset(seed=0)
         first = envs.recv()[4]["env_id"].tolist()
-        time.sleep(0.3)  # every reset is in: the other two are held, not dropped
-        second = envs.recv(timeout=0.0)[4]["env_id"].tolist()
-        assert sorted(first + second) == [0, 1, 2, 3]
         envs.send(np.zeros(2, dtype=np.int64), first)
-        time.sleep(0.3)
+        # The other two resets, not the steps sent since: the oldest results go first.
+        second = envs.recv()[4]["env_id"].tolist()
+        assert sorted(first + second) == [0, 1, 2, 3]
         envs.send(np.zeros(2, dtype=np.int64), second)
-        # Both pairs are ready: the pair that got ready first comes back first.
         assert sorted(envs.recv()[4]["env_id"].tolist()) == sorted(first)
         assert sorted(envs.recv()[4]["env_id"].tolist()) == sorted(second)
         with pytest.raises(NoAsyncCallError):
