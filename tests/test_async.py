@@ -5,7 +5,6 @@ against SyncVectorEnv by the conformance suite)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
