@@ -137,7 +137,8 @@ class EnvSlab:
         return result
 
     def step(self, actions: Sequence[Any] | None = None) -> SlabResult:
-        """Step every env once with its action (read from the bound array unless given)."""
+        """Step every env once with its action: ``actions[i]`` when given, else read from the
+        bound array."""
         arrays = self.arrays
         assert arrays is not None, "bind() first"
         read = arrays.read_action
@@ -159,7 +160,9 @@ class EnvSlab:
                     truncs[i] = False
                     needs_reset[i] = False
                 else:
-                    action = read(i) if read is not None else actions[i]  # type: ignore[index]
+                    # Actions given by value win over the block's (the SB3 face sends them
+                    # when the block would change their dtype); the per-step path gives none.
+                    action = read(i) if actions is None else actions[i]  # type: ignore[misc]
                     obs, reward, terminated, truncated, info = env.step(action)
                     rewards[i] = reward
                     terms[i] = terminated

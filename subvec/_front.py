@@ -43,6 +43,7 @@ from subvec._infos import as_events
 from subvec._merge import InfoMerger, Part, make_merger
 from subvec._protocol import CallPayload, Command, ResetPayload, SetAttrPayload, Status
 from subvec._seeding import SeedArg, per_env_seeds
+from subvec._spaces import check_batch_layout
 from subvec.errors import BrokenVectorEnvError
 
 __all__ = ["VectorFront"]
@@ -517,6 +518,36 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
             ValueError, TypeError: the actions do not fit the action space, or (autoreset
                 DISABLED) an ended env was not reset; nothing is sent.
         """
+        self._begin_step()
+        if self._store_actions is not None:
+            # Validates every leaf before writing any, so a rejected batch changes nothing.
+            self._store_actions(actions)
+            if self._obs_slots is not None:
+                self._pick_obs_slot()
+            self._send(Command.STEP)
+        else:
+            check_batch_layout(self.single_action_space, actions, self.num_envs)
+            self._send_step_values(list(iterate(self.action_space, actions)))
+        self._state = _State.WAITING_STEP
+
+    def _step_async_values(self, per_env: Sequence[Any]) -> None:
+        """Start a step that hands env ``i`` the object ``per_env[i]`` as it is (pickled to its
+        worker), whatever the block holds: the SB3 face's path for actions whose dtype or type
+        the block would change (Stable-Baselines3's VecEnvs hand each env ``actions[i]``).
+
+        Args:
+            per_env: one action per env, in env order.
+
+        Raises:
+            AlreadyPendingCallError, ClosedEnvironmentError: as :meth:`step_async`.
+            ValueError: ``per_env`` does not hold ``num_envs`` actions (nothing is sent), or
+                (autoreset DISABLED) an ended env was not reset.
+        """
+        self._begin_step()
+        self._send_step_values(list(per_env))
+        self._state = _State.WAITING_STEP
+
+    def _begin_step(self) -> None:
         self._begin(_State.WAITING_STEP)
         if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset.any():
             ended = np.flatnonzero(self._needs_reset).tolist()
@@ -527,20 +558,15 @@ class VectorFront(VectorEnv[Any, Any, np.ndarray]):
         if self._any_restarted:
             self._restarted[:] = False
             self._any_restarted = False
-        if self._store_actions is not None:
-            # Validates every leaf before writing any, so a rejected batch changes nothing.
-            self._store_actions(actions)
-            if self._obs_slots is not None:
-                self._pick_obs_slot()
-            self._send(Command.STEP)
-        else:
-            per_env = list(iterate(self.action_space, actions))
-            if len(per_env) != self.num_envs:
-                raise ValueError(
-                    f"expected {self.num_envs} actions, one per env, got {len(per_env)}"
-                )
-            self._send(Command.STEP, per_unit=lambda unit: per_env[unit.lo : unit.hi])
-        self._state = _State.WAITING_STEP
+
+    def _send_step_values(self, per_env: list[Any]) -> None:
+        """Send a step whose actions travel by value; the envs read nothing from the block."""
+        if len(per_env) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} actions, one per env, got {len(per_env)}")
+        if self._obs_slots is not None:
+            # As on the block path: the caller may still hold the batch of the last step.
+            self._pick_obs_slot()
+        self._send(Command.STEP, per_unit=lambda unit: per_env[unit.lo : unit.hi])
 
     def step_wait(
         self, timeout: float | None = None
