@@ -261,7 +261,7 @@ LEARNERS = {
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("name", list(LEARNERS))
 def test_algorithms_learn(name: str) -> None:
-    """400 steps of rollouts and updates, about 1.5 s each on 2 cores (PPO and A2C used to
+    """400 steps of rollouts and updates, 1 to 2 s each on 2 cores (PPO and A2C used to
     crash on their first step on a MultiBinary action space)."""
     algo, make, dict_actions = LEARNERS[name]
     _learn(algo, make, 400, dict_actions)
