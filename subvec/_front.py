@@ -52,7 +52,7 @@ from subvec._protocol import (
 )
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
-from subvec._spaces import BY_VALUE, Stored
+from subvec._spaces import BY_VALUE, Stored, check_batch_layout
 from subvec.errors import BrokenVectorEnvError, add_note
 
 __all__ = ["DEFAULT_AUTORESET", "VectorFront"]
@@ -729,6 +729,30 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             ValueError, TypeError: the actions do not fit the action space, or (autoreset
                 DISABLED) an ended env was not reset; nothing is sent.
         """
+        self._begin_step()
+        # Validates every leaf before writing any, so a rejected batch changes nothing.
+        stored = BY_VALUE if self._store_actions is None else self._store_actions(actions)
+        self._send_step(actions, stored)
+        self._state = _State.WAITING_STEP
+
+    def _step_async_values(self, per_env: Sequence[Any]) -> None:
+        """Start a step that hands env ``i`` the object ``per_env[i]`` as it is (pickled to its
+        worker), whatever the block holds: the SB3 face's path for actions whose dtype or type
+        the block would change (Stable-Baselines3's VecEnvs hand each env ``actions[i]``).
+
+        Args:
+            per_env: one action per env, in env order.
+
+        Raises:
+            AlreadyPendingCallError, ClosedEnvironmentError: as :meth:`step_async`.
+            ValueError: ``per_env`` does not hold ``num_envs`` actions (nothing is sent), or
+                (autoreset DISABLED) an ended env was not reset.
+        """
+        self._begin_step()
+        self._send_step(None, BY_VALUE, list(per_env))
+        self._state = _State.WAITING_STEP
+
+    def _begin_step(self) -> None:
         self._begin(_State.WAITING_STEP)
         if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset.any():
             ended = np.flatnonzero(self._needs_reset).tolist()
@@ -736,12 +760,8 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
                 f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: reset them "
                 "with reset(options={'reset_mask': mask}) before stepping again"
             )
-        # Validates every leaf before writing any, so a rejected batch changes nothing.
-        stored = BY_VALUE if self._store_actions is None else self._store_actions(actions)
-        self._send_step(actions, stored)
-        self._state = _State.WAITING_STEP
 
-    def _send_step(self, actions: Any, stored: Stored) -> None:
+    def _send_step(self, actions: Any, stored: Stored, per_env: list[Any] | None = None) -> None:
         """Send STEP for ``actions``, which ``store`` has put in the block as ``stored`` says
         (see ``_spaces.batch_setter``). By value, each env gets its item of
         ``iterate(action_space, actions)``, exactly as SyncVectorEnv hands it over.
@@ -752,14 +772,18 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         per_unit = None
         payload = None
         if stored is BY_VALUE:
-            per_env = list(iterate(self.action_space, actions))
+            if per_env is None:
+                check_batch_layout(self.single_action_space, actions, self.num_envs)
+                per_env = list(iterate(self.action_space, actions))
             if len(per_env) != self.num_envs:
                 raise ValueError(
                     f"expected {self.num_envs} actions, one per env, got {len(per_env)}"
                 )
 
+            values = per_env
+
             def per_unit(unit: Unit) -> StepPayload:
-                return StepPayload(per_env[unit.lo : unit.hi])
+                return StepPayload(values[unit.lo : unit.hi])
 
         elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
             payload = StepPayload(None, stored)

@@ -26,6 +26,7 @@ __all__ = [
     "Stored",
     "batch_setter",
     "build_views",
+    "check_batch_layout",
     "is_shareable",
     "leaf_specs",
     "row_reader",
@@ -252,6 +253,7 @@ def batch_setter(
     defaults = [view(k, leaf.dtype) for k, leaf in enumerate(leaves)]
 
     def store(actions: Any) -> Stored:
+        check_batch_layout(space, actions, num_envs)  # never transpose per-env tuples
         given = list(_flatten_actions(space, actions, ()))
         targets: list[np.ndarray] = []
         odd = False
@@ -325,3 +327,76 @@ def _flatten_actions(
             yield from _flatten_actions(sub, actions[i], (*path, i))
     else:
         yield actions
+
+
+def check_batch_layout(space: spaces.Space[Any], actions: Any, num_envs: int) -> None:
+    """Refuse a batch of actions laid out one action per env where the space's batched form is
+    one batch per key or sub-space (see ``_refuse_per_env_tuples``). For actions that travel by
+    value, whose leaves are not checked against a block.
+
+    Raises:
+        TypeError: ``actions`` is a sequence of per-env dicts or tuples.
+    """
+    _check_layout(space, actions, (), num_envs)
+
+
+def _check_layout(
+    space: spaces.Space[Any], actions: Any, path: tuple[str | int, ...], num_envs: int
+) -> None:
+    if isinstance(space, spaces.Dict):
+        if not isinstance(actions, dict):
+            _refuse_per_env_dicts(space, actions, path, num_envs)
+            return  # gymnasium's own error follows
+        for key, sub in space.spaces.items():
+            if key in actions:
+                _check_layout(sub, actions[key], (*path, key), num_envs)
+    elif isinstance(space, spaces.Tuple):
+        _refuse_per_env_tuples(space, actions, path, num_envs)
+        if isinstance(actions, (tuple, list)) and len(actions) == len(space.spaces):
+            for i, sub in enumerate(space.spaces):
+                _check_layout(sub, actions[i], (*path, i), num_envs)
+
+
+def _refuse_per_env_dicts(
+    space: spaces.Dict, actions: Any, path: tuple[str | int, ...], num_envs: int
+) -> None:
+    if isinstance(actions, (tuple, list)) and actions and all(type(a) is dict for a in actions):
+        raise TypeError(
+            f"actions{_describe(path)}: got a {type(actions).__name__} of {len(actions)} dicts, "
+            "one action per env (Stable-Baselines3's layout); a vector env takes a dict of "
+            f"batches, one per key of {list(space.spaces)}, each with {num_envs} actions: "
+            "{key: np.stack([a[key] for a in per_env]) for key in space}"
+        )
+
+
+def _refuse_per_env_tuples(
+    space: spaces.Tuple,  # type: ignore[type-arg]
+    actions: Any,
+    path: tuple[str | int, ...],
+    num_envs: int,
+) -> None:
+    """A sequence of tuples of ``len(space)`` items reads two ways: as one tuple per env
+    (Stable-Baselines3's layout), or, when there are ``len(space)`` of them, as one batch per
+    sub-space. The second reading hands env 0 the first item of every env's tuple: wrong
+    actions, and no error when the shapes fit. gymnasium batches a fixed-size leaf as an array,
+    so a tuple where such a leaf's batch belongs is taken for the first reading and refused
+    rather than transposed; a leaf's batch given as an array or a list reads as before."""
+    m = len(space.spaces)
+    if not isinstance(actions, (tuple, list)) or not actions:
+        return
+    if not all(type(a) is tuple and len(a) == m for a in actions):
+        return
+    leaves = [
+        i
+        for i, sub in enumerate(space.spaces)
+        if not isinstance(sub, (spaces.Tuple, spaces.Dict)) and is_shareable(sub)
+    ]
+    if not leaves:
+        return
+    raise TypeError(
+        f"actions{_describe(path)}: got a {type(actions).__name__} of {len(actions)} tuples of "
+        f"{m} items, which reads as one action per env (Stable-Baselines3's layout); a vector env "
+        f"takes a tuple of {m} batches, one per sub-space, each with {num_envs} actions (sub-space "
+        f"{leaves[0]}, {space.spaces[leaves[0]]}, would get a tuple instead of an array): "
+        "tuple(np.stack(batch) for batch in zip(*per_env))"
+    )

@@ -10,6 +10,10 @@ info dict per env (``info_format="list"``), translated to SB3's contract:
 
 - ``reset()`` returns the observations only and applies what ``seed()`` and ``set_options()``
   stored; the reset infos land in ``reset_infos``.
+- ``step_async(actions)`` hands env ``i`` what SB3's VecEnvs hand it, ``actions[i]``: an array
+  of the action space's dtype goes through the shared block; per-env dicts and tuples are
+  stacked into the batched form the core takes; anything the block would change (another
+  dtype, a Python number) travels by value, so the env gets the very object DummyVecEnv hands it.
 - ``step_wait()`` returns fresh float32 rewards (PPO adds to them in place), bool dones and a
   list of fresh dicts; an env that ended reports its final step's info plus
   ``terminal_observation`` and ``TimeLimit.truncated`` and is already reset.
@@ -23,12 +27,13 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.env_util import make_vec_env as _sb3_make_vec_env
 from stable_baselines3.common.vec_env.base_vec_env import (
@@ -39,6 +44,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from subvec._sb3_ops import OPS_ATTR, Op, OpsFactory, class_path
+from subvec._spaces import LeafSpec, build_views, is_shareable, leaf_specs
 from subvec.factory import VECTOR_KWARGS, check_kwargs
 from subvec.vector import SubprocVectorEnv
 
@@ -102,6 +108,13 @@ class SubprocVecEnv(VecEnv):
             raise
         # As DummyVecEnv: the first env's metadata (render_fps reaches VecVideoRecorder).
         self.metadata = dict(self.vector_env.metadata)
+        space = self.vector_env.single_action_space
+        #: the block's action leaves (none when actions cannot live in shared memory)
+        self._act_leaves: list[LeafSpec] = leaf_specs(space) if is_shareable(space) else []
+        #: the dtype an array of actions needs to go into the block as it is (one plain leaf)
+        self._act_dtype: np.dtype[Any] | None = None
+        if len(self._act_leaves) == 1 and not self._act_leaves[0].path:
+            self._act_dtype = self._act_leaves[0].dtype
 
     # --- stepping ---------------------------------------------------------------------------
 
@@ -134,7 +147,77 @@ class SubprocVecEnv(VecEnv):
         return obs  # type: ignore[no-any-return]
 
     def step_async(self, actions: np.ndarray) -> None:
-        self.vector_env.step_async(actions)
+        """Start stepping: env ``i`` gets ``actions[i]``, as from SB3's own VecEnvs.
+
+        An array of the action space's dtype (what SB3's algorithms pass for Box, Discrete and
+        MultiDiscrete spaces) goes through the shared block. A list of per-env actions whose
+        leaves are arrays (or numpy scalars) of the space's dtypes, e.g. per-env dicts for a
+        Dict space or per-env tuples for a Tuple space, is stacked into the batched form the
+        core takes. Anything else the block would change, such as PPO's float32 actions for a
+        MultiBinary space, float or int actions for a uint8 Box, or Python numbers, travels by
+        value: each env gets exactly what DummyVecEnv would hand it.
+
+        Args:
+            actions: one action per env, indexed by env (an array, or a list or tuple).
+
+        Raises:
+            TypeError, ValueError: ``actions`` is not one action per env of the action space
+                (the message names the env); nothing is sent.
+        """
+        dtype = self._act_dtype  # compared only when set: numpy takes None for float64
+        if dtype is not None and type(actions) is np.ndarray and actions.dtype == dtype:
+            self.vector_env.step_async(actions)  # the usual step: into the block as it is
+            return
+        space = self.vector_env.single_action_space
+        if isinstance(actions, Mapping) and isinstance(space, spaces.Dict):
+            # The core's batched form (a dict of batches): it has no per-env reading to follow.
+            self.vector_env.step_async(dict(actions))
+            return
+        per_env = self._per_env(actions, space)
+        batch = self._stacked(per_env, space)
+        if batch is None:
+            self.vector_env._step_async_values(per_env)
+        else:
+            self.vector_env.step_async(batch)
+
+    def _per_env(self, actions: Any, space: spaces.Space[Any]) -> list[Any]:
+        """``[actions[i] for each env]``, each checked against the single action space."""
+        n = self.num_envs
+        if isinstance(actions, (str, bytes, Mapping)) or not hasattr(actions, "__len__"):
+            raise TypeError(
+                f"actions: expected one action per env ({n} of {space}), "
+                f"got {type(actions).__name__}"
+            )
+        if isinstance(actions, np.ndarray) and actions.ndim == 0:
+            raise ValueError(f"actions: expected {n} actions, one per env, got a 0-d array")
+        if len(actions) != n:
+            raise ValueError(f"actions: expected {n} actions, one per env, got {len(actions)}")
+        per_env = [actions[i] for i in range(n)]
+        for i, action in enumerate(per_env):
+            _check_action(space, action, f"actions[{i}]")
+        return per_env
+
+    def _stacked(self, per_env: list[Any], space: spaces.Space[Any]) -> Any:
+        """The batched form of ``per_env`` when each env would read back from the block the same
+        types, dtypes and bytes: dicts with the space's keys in its order, tuples, and leaves
+        that are arrays (numpy scalars for scalar leaves) of the block's dtypes. None otherwise
+        (the actions then travel by value)."""
+        leaves = self._act_leaves
+        if not leaves:
+            return None
+        columns: list[list[Any]] = [[] for _ in leaves]
+        for action in per_env:
+            if not _plain_nest(space, action):
+                return None
+            for column, spec, value in zip(columns, leaves, _leaf_values(space, action)):
+                if spec.shape:
+                    exact = type(value) is np.ndarray and value.dtype == spec.dtype
+                else:
+                    exact = isinstance(value, np.generic) and value.dtype == spec.dtype
+                if not exact:
+                    return None
+                column.append(value)
+        return build_views(space, iter([np.stack(column) for column in columns]))
 
     def step_wait(self) -> VecEnvStepReturn:
         obs, rewards, terminations, truncations, infos = self.vector_env.step_wait()
@@ -242,6 +325,64 @@ class SubprocVecEnv(VecEnv):
 
     def __repr__(self) -> str:
         return f"subvec.sb3.SubprocVecEnv({self.vector_env!r})"
+
+
+def _check_action(space: spaces.Space[Any], action: Any, where: str) -> None:
+    """Refuse one env's action whose structure or shape does not fit ``space``: the block's
+    checks do not see actions that travel by value, and DummyVecEnv would hand them on."""
+    if isinstance(space, spaces.Dict):
+        if not isinstance(action, Mapping):
+            raise TypeError(
+                f"{where}: expected a dict with keys {list(space.spaces)}, "
+                f"got {type(action).__name__}"
+            )
+        for key, sub in space.spaces.items():
+            if key not in action:
+                raise ValueError(f"{where}: missing key {key!r} of {space}")
+            _check_action(sub, action[key], f"{where}[{key!r}]")
+    elif isinstance(space, spaces.Tuple):
+        expected = f"{where}: expected a tuple of {len(space.spaces)} items for {space}"
+        if not isinstance(action, (tuple, list)):
+            raise TypeError(f"{expected}, got {type(action).__name__}")
+        if len(action) != len(space.spaces):
+            raise ValueError(f"{expected}, got {len(action)} items")
+        for i, sub in enumerate(space.spaces):
+            _check_action(sub, action[i], f"{where}[{i}]")
+    elif is_shareable(space):
+        try:
+            shape = np.shape(action)
+        except ValueError:  # ragged nested lists
+            shape = None
+        if shape != space.shape:
+            raise ValueError(f"{where}: expected shape {space.shape} for {space}, got {shape}")
+
+
+def _plain_nest(space: spaces.Space[Any], action: Any) -> bool:
+    """Whether ``action`` nests as the block rebuilds it: a dict of exactly the space's keys in
+    its order for a Dict, a tuple for a Tuple."""
+    if isinstance(space, spaces.Dict):
+        return (
+            type(action) is dict
+            and list(action) == list(space.spaces)
+            and all(_plain_nest(sub, action[key]) for key, sub in space.spaces.items())
+        )
+    if isinstance(space, spaces.Tuple):
+        return type(action) is tuple and all(
+            _plain_nest(sub, item) for sub, item in zip(space.spaces, action)
+        )
+    return True
+
+
+def _leaf_values(space: spaces.Space[Any], action: Any) -> Iterator[Any]:
+    """One env's action's leaves, in ``leaf_specs`` order."""
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            yield from _leaf_values(sub, action[key])
+    elif isinstance(space, spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            yield from _leaf_values(sub, action[i])
+    else:
+        yield action
 
 
 def _group_options(options: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], list[int]]]:

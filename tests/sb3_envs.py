@@ -78,3 +78,53 @@ class Marker(gym.Wrapper[Any, Any, Any, Any]):
 
 def marked_zoo() -> gym.Env[Any, Any]:
     return Marker(ZooEnv())
+
+
+#: An action space of every fixed-size kind, for the per-env dict actions of SB3's VecEnvs.
+DICT_ACTION_SPACE = spaces.Dict(
+    {
+        "move": spaces.Discrete(3),
+        "fire": spaces.MultiBinary(2),
+        "force": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+    }
+)
+
+
+def action_env(act_space: spaces.Space[Any], max_steps: int = 9) -> gym.Env[Any, Any]:
+    """Box observations and any action space; the env keeps its last action (``last_action``)."""
+    return ZooEnv(
+        spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32), act_space, max_steps=max_steps
+    )
+
+
+class MultiBinaryTarget(ZooEnv):
+    """MultiBinary(4) actions rewarded for matching the observation's signs: a task PPO and A2C
+    can learn, and whose reward reads the action as SB3 hands it (float32 zeros and ones)."""
+
+    def __init__(self, max_steps: int = 16) -> None:
+        super().__init__(
+            spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32),
+            spaces.MultiBinary(4),
+            max_steps=max_steps,
+            terminate_prob=0.0,
+        )
+        self._target = np.zeros(4, dtype=np.float32)
+
+    def _obs(self) -> Any:
+        obs = super()._obs()
+        self._target = (obs > 0).astype(np.float32)
+        return obs
+
+    def step(self, action: Any):
+        self.t += 1
+        self.last_action = action
+        reward = float(np.mean(np.asarray(action) == self._target))
+        return self._obs(), reward, False, self.t >= self.max_steps, {}
+
+
+def multibinary_env() -> gym.Env[Any, Any]:
+    return MultiBinaryTarget()
+
+
+def dict_action_env() -> gym.Env[Any, Any]:
+    return action_env(DICT_ACTION_SPACE)
