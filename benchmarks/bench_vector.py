@@ -332,8 +332,6 @@ def build_vector(impl: str, fns: list[Any]) -> tuple[Any, str]:
         elif impl.startswith("subvec_w"):
             kwargs["num_workers"] = int(impl[len("subvec_w") :])
         return subvec.SubprocVectorEnv(fns, **kwargs), "gym"
-    if impl.startswith("proto_"):
-        return build_prototype(impl, fns), "gym"
     if impl == "sync":
         return gym.vector.SyncVectorEnv(fns), "gym"
     if impl in ("async_shm", "async_pipe"):
@@ -352,30 +350,6 @@ def build_vector(impl: str, fns: list[Any]) -> tuple[Any, str]:
 
         return DummyVecEnv(fns), "sb3"
     raise SystemExit(f"unknown implementation {impl!r}; known: {', '.join(ALL_IMPLS)}")
-
-
-_PROTO = re.compile(r"^proto_(pipe|eventfd|sem|spin)_w(\d+)_p(auto|\d+)_s(\d+)$")
-
-
-def build_prototype(impl: str, fns: list[Any]) -> Any:
-    """``proto_<signal>_w<workers>_p<parent envs|auto>_s<spin us>``: the scratch hot-path model
-    of benchmarks/experiments/proto_vec.py (not subvec; no infos), so that a design proposal is
-    measured in the same interleaved run as subvec and the limit."""
-    match = _PROTO.match(impl)
-    if not match:
-        raise SystemExit(f"bad prototype {impl!r}: e.g. proto_spin_w1_pauto_s200")
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "experiments"))
-    import proto_vec
-
-    n, workers = len(fns), int(match[2])
-    own = n // (workers + 1) if match[3] == "auto" else int(match[3])
-    args = proto_vec.Args(
-        num_envs=n, num_workers=workers, parent_envs=own, signal=match[1], spin_us=float(match[4])
-    )
-    return proto_vec.ProtoVec(args, _CURRENT_SPEC)
-
-
-_CURRENT_SPEC: dict[str, Any] = {}
 
 
 def _is_helper(proc: Any, me: int) -> bool:
@@ -486,7 +460,6 @@ def timed_loop(
 def run_vector(cfg: dict[str, Any]) -> dict[str, Any]:
     n = cfg["num_envs"]
     fns = [make_factory(cfg["spec"]) for _ in range(n)]
-    _CURRENT_SPEC.update(cfg["spec"])
     start = time.perf_counter()
     envs, api = build_vector(cfg["impl"], fns)
     try:
@@ -657,16 +630,6 @@ PLANS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "targets": {
         w: (n, "subvec,subvec_parent,subvec_nospin,sync,async_shm,limit_sync,limit")
-        for w, n in (("cartpole", "16"), ("busy100us", "8"), ("busy1ms", "8"), ("pong", "8"))
-    },
-    # subvec next to two scratch models of its hot path (experiments/proto_vec.py): today's
-    # design (pipes, 2 workers) and the proposal (1 worker + the parent, bounded spin)
-    "design": {
-        w: (
-            n,
-            "subvec,proto_pipe_w2_p0_s0,proto_spin_w1_pauto_s50,proto_spin_w1_pauto_s200,"
-            "async_shm,limit",
-        )
         for w, n in (("cartpole", "16"), ("busy100us", "8"), ("busy1ms", "8"), ("pong", "8"))
     },
     "onecore": {
