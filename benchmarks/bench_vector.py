@@ -1233,6 +1233,8 @@ def plot(facts: dict[str, Any], rows: list[dict[str, Any]], img_dir: Path, tag: 
         for impl in sorted({r["impl"] for r in sub}, key=lambda i: order.get(i, 99)):
             pts = sorted((r["num_envs"], r["steps_per_s"]) for r in sub if r["impl"] == impl)
             color, style, marker = STYLES.get(impl, ("gray", "-", "."))
+            if marker is None and len(pts) == 1:  # a lone point needs a marker to show
+                marker = "x"
             ax.plot(
                 [p[0] for p in pts],
                 [p[1] for p in pts],
