@@ -1,7 +1,7 @@
 """Vector-env throughput against the peers and against the physical limit.
 
     python benchmarks/bench_vector.py --quick              # seconds: a smoke run
-    python benchmarks/bench_vector.py                      # the full sweep (about 35 minutes)
+    python benchmarks/bench_vector.py                      # the full sweep (about 40 minutes)
     python benchmarks/bench_vector.py --plan onecore --cpus 0   # one core free
     python benchmarks/bench_vector.py --report benchmarks/results/full.jsonl   # tables + plots
 
@@ -25,6 +25,15 @@ per step), ``pong`` (ALE/Pong-v5 through ale-py), ``halfcheetah`` (HalfCheetah-v
 mujoco), and ``simpy`` (a discrete-event queueing env built on simpy, below). Workloads whose
 package is missing are skipped with a note, as are the Stable-Baselines3 implementations.
 
+Peers beyond gymnasium and SB3 (each skipped with a note when its package is missing):
+``puffer_mp`` / ``puffer_mp_w1`` are PufferLib 3's ``pufferlib.vector.Multiprocessing``
+(``pip install --no-deps pufferlib-core``; it imports torch) over its ``GymnasiumPufferEnv``
+emulation of the suite's own env, in lock step (``batch_size = num_envs``, ``zero_copy``), with
+a worker per physical core or one worker; ``envpool`` / ``envpool_cpus`` step EnvPool's own C++
+``CartPole-v1`` and ``Pong-v5`` in lock step (``batch_size = num_envs``) with its default
+``num_threads`` or one thread per usable CPU, for the ``cartpole`` and ``pong`` workloads only
+(EnvPool's Pong-v5 preprocesses its frames unlike ALE/Pong-v5: see ``ENVPOOL_NOTES``).
+
 Outputs: ``<out-dir>/<tag>.jsonl`` (one summary line per configuration, raw values included),
 ``<out-dir>/<tag>.md`` (markdown tables) and ``<img-dir>/<tag>-<workload>.png`` (throughput
 against num_envs, one line per implementation plus the limit). Raw per-run lines also go to
@@ -37,6 +46,7 @@ import argparse
 import dataclasses
 import functools
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import math
@@ -271,6 +281,26 @@ def calibrate(target_s: float = 0.3) -> float:
 # --- implementations (all built inside the child interpreter) --------------------------------
 
 SB3_IMPLS = ("sb3_subproc", "sb3_dummy")
+#: PufferLib 3's Multiprocessing around the suite's own envs (GymnasiumPufferEnv)
+PUFFER_IMPLS = ("puffer_mp", "puffer_mp_w1")
+#: EnvPool steps its own C++ envs, so it runs only the workloads it has an equivalent for
+ENVPOOL_IMPLS = ("envpool", "envpool_cpus")
+ENVPOOL_IDS = {"CartPole-v1": "CartPole-v1", "ALE/Pong-v5": "Pong-v5"}
+#: what the tables say under a workload's EnvPool rows (by the gymnasium id it stands in for)
+ENVPOOL_NOTES = {
+    "CartPole-v1": "EnvPool rows step EnvPool's own C++ CartPole-v1 (the same dynamics), not the "
+    "gymnasium env that the other rows step.",
+    "ALE/Pong-v5": "EnvPool's Pong-v5 is not ALE/Pong-v5: it returns 4 stacked 84x84 grayscale "
+    "frames (28 KB, resized and max-pooled in C++) instead of one 210x160x3 RGB frame (100 KB), "
+    "without sticky actions (0 instead of 0.25), with up to 30 no-op steps and FIRE at reset; "
+    "both skip 4 frames per step.",
+}
+PUFFER_NOTE = (
+    "PufferLib rows: Multiprocessing with batch_size = num_envs (each recv returns every env), "
+    "zero_copy, over GymnasiumPufferEnv; puffer_mp has a worker per physical core (at most the "
+    "usable CPUs, a divisor of num_envs), puffer_mp_w1 one worker; its workers and its recv "
+    "busy-wait on shared flags."
+)
 ALL_IMPLS = (
     "subvec",
     "subvec_w1",
@@ -283,6 +313,10 @@ ALL_IMPLS = (
     "async_pipe",
     "sb3_subproc",
     "sb3_dummy",
+    "puffer_mp",
+    "puffer_mp_w1",
+    "envpool",
+    "envpool_cpus",
     "limit_sync",
     "limit",
 )
@@ -299,6 +333,10 @@ IMPL_LABELS = {
     "async_pipe": "gymnasium AsyncVectorEnv (pipes)",
     "sb3_subproc": "SB3 SubprocVecEnv",
     "sb3_dummy": "SB3 DummyVecEnv",
+    "puffer_mp": "PufferLib Multiprocessing (a worker per core)",
+    "puffer_mp_w1": "PufferLib Multiprocessing num_workers=1",
+    "envpool": "EnvPool, its own C++ env (default threads)",
+    "envpool_cpus": "EnvPool, its own C++ env (a thread per CPU)",
     "limit_sync": "limit in lock step (W processes, a barrier per step)",
     "limit": "limit (W independent processes)",
 }
@@ -311,8 +349,60 @@ def usable_cpus() -> int:
     return subvec_usable_cpus()
 
 
-def build_vector(impl: str, fns: list[Any]) -> tuple[Any, str]:
-    """The vector env and its API flavour: "gym" (reset/step 5-tuple) or "sb3"."""
+def puffer_workers(num_envs: int, cores: int) -> int:
+    """PufferLib's recommended worker count: one per physical core (it refuses more without
+    ``overwork=True``), lowered to a divisor of ``num_envs`` (its workers hold equal shares)."""
+    workers = max(1, min(num_envs, cores))
+    while num_envs % workers:
+        workers -= 1
+    return workers
+
+
+def build_puffer(impl: str, fns: list[Any], seed: int) -> Any:
+    """PufferLib 3's Multiprocessing over GymnasiumPufferEnv(the suite's env), in lock step."""
+    import psutil
+    import pufferlib.emulation
+    import pufferlib.vector
+
+    n = len(fns)
+    cores = min(psutil.cpu_count(logical=False) or usable_cpus(), usable_cpus())
+    workers = 1 if impl == "puffer_mp_w1" else puffer_workers(n, cores)
+    creators = [
+        functools.partial(pufferlib.emulation.GymnasiumPufferEnv, env_creator=fn) for fn in fns
+    ]
+    return pufferlib.vector.make(
+        creators,
+        env_args=[()] * n,
+        env_kwargs=[{}] * n,
+        backend=pufferlib.vector.Multiprocessing,
+        num_envs=n,
+        num_workers=workers,
+        batch_size=n,  # every recv returns all the envs: a lock-step vector env like the others
+        zero_copy=True,
+        seed=seed,
+    )
+
+
+def build_envpool(impl: str, num_envs: int, spec: dict[str, Any], seed: int) -> Any:
+    """EnvPool's own C++ counterpart of the workload's gymnasium env, in lock step."""
+    import envpool
+
+    threads = {"num_threads": usable_cpus()} if impl == "envpool_cpus" else {}
+    return envpool.make(
+        ENVPOOL_IDS[spec["env_id"]],
+        env_type="gymnasium",
+        num_envs=num_envs,
+        batch_size=num_envs,
+        seed=seed,  # EnvPool seeds at construction and ignores reset(seed=)
+        **threads,
+    )
+
+
+def build_vector(
+    impl: str, fns: list[Any], spec: dict[str, Any] | None = None, seed: int = 0
+) -> tuple[Any, str]:
+    """The vector env and its API flavour: "gym" (reset/step 5-tuple), "seeded" (the same,
+    seeded at construction) or "sb3"."""
     if impl.startswith("subvec"):
         import subvec
 
@@ -332,8 +422,10 @@ def build_vector(impl: str, fns: list[Any]) -> tuple[Any, str]:
         elif impl.startswith("subvec_w"):
             kwargs["num_workers"] = int(impl[len("subvec_w") :])
         return subvec.SubprocVectorEnv(fns, **kwargs), "gym"
-    if impl.startswith("proto_"):
-        return build_prototype(impl, fns), "gym"
+    if impl in PUFFER_IMPLS:
+        return build_puffer(impl, fns, seed), "gym"
+    if impl in ENVPOOL_IMPLS:
+        return build_envpool(impl, len(fns), spec or {}, seed), "seeded"
     if impl == "sync":
         return gym.vector.SyncVectorEnv(fns), "gym"
     if impl in ("async_shm", "async_pipe"):
@@ -352,30 +444,6 @@ def build_vector(impl: str, fns: list[Any]) -> tuple[Any, str]:
 
         return DummyVecEnv(fns), "sb3"
     raise SystemExit(f"unknown implementation {impl!r}; known: {', '.join(ALL_IMPLS)}")
-
-
-_PROTO = re.compile(r"^proto_(pipe|eventfd|sem|spin)_w(\d+)_p(auto|\d+)_s(\d+)$")
-
-
-def build_prototype(impl: str, fns: list[Any]) -> Any:
-    """``proto_<signal>_w<workers>_p<parent envs|auto>_s<spin us>``: the scratch hot-path model
-    of benchmarks/experiments/proto_vec.py (not subvec; no infos), so that a design proposal is
-    measured in the same interleaved run as subvec and the limit."""
-    match = _PROTO.match(impl)
-    if not match:
-        raise SystemExit(f"bad prototype {impl!r}: e.g. proto_spin_w1_pauto_s200")
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "experiments"))
-    import proto_vec
-
-    n, workers = len(fns), int(match[2])
-    own = n // (workers + 1) if match[3] == "auto" else int(match[3])
-    args = proto_vec.Args(
-        num_envs=n, num_workers=workers, parent_envs=own, signal=match[1], spin_us=float(match[4])
-    )
-    return proto_vec.ProtoVec(args, _CURRENT_SPEC)
-
-
-_CURRENT_SPEC: dict[str, Any] = {}
 
 
 def _is_helper(proc: Any, me: int) -> bool:
@@ -486,12 +554,11 @@ def timed_loop(
 def run_vector(cfg: dict[str, Any]) -> dict[str, Any]:
     n = cfg["num_envs"]
     fns = [make_factory(cfg["spec"]) for _ in range(n)]
-    _CURRENT_SPEC.update(cfg["spec"])
     start = time.perf_counter()
-    envs, api = build_vector(cfg["impl"], fns)
+    envs, api = build_vector(cfg["impl"], fns, cfg["spec"], cfg["seed"])
     try:
-        if api == "gym":
-            envs.reset(seed=cfg["seed"])
+        if api in ("gym", "seeded"):
+            envs.reset(**({"seed": cfg["seed"]} if api == "gym" else {}))
             single = envs.single_action_space
         else:
             envs.seed(cfg["seed"])
@@ -504,6 +571,8 @@ def run_vector(cfg: dict[str, Any]) -> dict[str, Any]:
         workers = getattr(envs, "num_workers", None)
         if workers is None and cfg["impl"] in ("async_shm", "async_pipe", "sb3_subproc"):
             workers = n
+        if cfg["impl"] in ENVPOOL_IMPLS:  # threads, not processes; 0 is min(n, CPUs)
+            workers = envs.config["num_threads"] or min(n, os.cpu_count() or 1)
     finally:
         envs.close()
     result.update(
@@ -638,34 +707,34 @@ def child_main(cfg: dict[str, Any]) -> None:
 # --- the sweep --------------------------------------------------------------------------------
 
 PEERS = "sync,async_shm,async_pipe,sb3_subproc"
+#: the peers that bring their own machinery (EnvPool runs only cartpole and pong)
+NATIVE_PEERS = "puffer_mp,puffer_mp_w1,envpool"
 #: A plan maps each workload to (num_envs values, implementations). The full sweep keeps the
 #: long num_envs axis for the two cheap workloads and three points for the expensive ones,
 #: so that it fits in about half an hour of a 2-core machine with 3 repeats.
 PLANS: dict[str, dict[str, tuple[str, str]]] = {
     "quick": {
-        "cartpole": ("4", "subvec,sync,async_shm,limit"),
+        "cartpole": ("4", "subvec,sync,async_shm,puffer_mp,envpool,limit"),
         "busy100us": ("4", "subvec,sync,async_shm,limit"),
     },
     "full": {
-        "cartpole": ("2,4,8,16,32,64", f"subvec,subvec_w1,{PEERS},sb3_dummy,limit_sync,limit"),
+        "cartpole": (
+            "2,4,8,16,32,64",
+            f"subvec,subvec_w1,{PEERS},sb3_dummy,{NATIVE_PEERS},limit_sync,limit",
+        ),
         "busy100us": ("2,4,8,16,32,64", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
         "busy1ms": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
         "busy100us_84x84x3": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
-        "pong": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
+        "pong": ("2,8,32", f"subvec,subvec_w1,{PEERS},{NATIVE_PEERS},limit_sync,limit"),
         "halfcheetah": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
         "simpy": ("2,8,32", f"subvec,subvec_w1,{PEERS},limit_sync,limit"),
     },
     "targets": {
-        w: (n, "subvec,subvec_parent,subvec_nospin,sync,async_shm,limit_sync,limit")
-        for w, n in (("cartpole", "16"), ("busy100us", "8"), ("busy1ms", "8"), ("pong", "8"))
-    },
-    # subvec next to two scratch models of its hot path (experiments/proto_vec.py): today's
-    # design (pipes, 2 workers) and the proposal (1 worker + the parent, bounded spin)
-    "design": {
         w: (
             n,
-            "subvec,proto_pipe_w2_p0_s0,proto_spin_w1_pauto_s50,proto_spin_w1_pauto_s200,"
-            "async_shm,limit",
+            "subvec,subvec_parent,subvec_nospin,sync,async_shm,"
+            + (f"{NATIVE_PEERS}," if w in ("cartpole", "pong") else "")
+            + "limit_sync,limit",
         )
         for w, n in (("cartpole", "16"), ("busy100us", "8"), ("busy1ms", "8"), ("pong", "8"))
     },
@@ -723,6 +792,11 @@ def machine_facts(cpus: list[int] | None) -> dict[str, Any]:
             versions[pkg] = importlib.import_module(pkg).__version__
         except Exception:
             versions[pkg] = None
+    for dist in ("pufferlib-core", "envpool"):  # by metadata: importing pufferlib loads torch
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
     import psutil
 
     return {
@@ -741,12 +815,27 @@ def machine_facts(cpus: list[int] | None) -> dict[str, Any]:
     }
 
 
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
 def available(workload: str, impl: str, spec: dict[str, Any]) -> str | None:
     """Why this configuration cannot run here, or None."""
+    if impl in ENVPOOL_IMPLS:  # its own envs: the workload's module is not needed
+        if not _installed("envpool"):
+            return "envpool is not installed"
+        if spec.get("kind") != "gym" or spec.get("env_id") not in ENVPOOL_IDS:
+            return f"EnvPool has no equivalent of {workload}"
+        return None
+    if impl in PUFFER_IMPLS:
+        if not _installed("pufferlib"):
+            return "pufferlib is not installed (pip install --no-deps pufferlib-core)"
+        if not _installed("torch"):
+            return "torch is not installed (pufferlib-core imports it)"
     module = spec.get("module")
-    if module and importlib.util.find_spec(module) is None:
+    if module and not _installed(module):
         return f"{module} is not installed"
-    if impl in SB3_IMPLS and importlib.util.find_spec("stable_baselines3") is None:
+    if impl in SB3_IMPLS and not _installed("stable_baselines3"):
         return "stable_baselines3 is not installed"
     return None
 
@@ -972,6 +1061,7 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
         row["of_limit"] = ratio(row, "limit")
         row["of_lock_step"] = ratio(row, "limit_sync")
         row["of_sync"] = ratio(row, "sync")
+        row["of_subvec"] = ratio(row, "subvec")
 
 
 def load_summary(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -1077,6 +1167,11 @@ def markdown(facts: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                     line.append(f"{r['steps_per_s']:,.0f} ({_fmt(r['of_limit'], '.0f', 100)}%)")
             out.append("| " + " | ".join(line) + " |")
         out.append("")
+        gym_id = _ALIASES.get(workload, (workload.removeprefix("gym:"), None))[0]
+        if any(i in ENVPOOL_IMPLS for i in impls) and gym_id in ENVPOOL_NOTES:
+            out.append(ENVPOOL_NOTES[gym_id] + "\n")
+        if any(i in PUFFER_IMPLS for i in impls):
+            out.append(PUFFER_NOTE + "\n")
     out.append("### Details\n")
     out.append(
         "| workload | impl | envs | workers | env-steps/s | x async | of limit | p50 ms | "
@@ -1111,6 +1206,10 @@ STYLES = {
     "async_pipe": ("tab:olive", "--", "d"),
     "sb3_subproc": ("tab:purple", ":", "P"),
     "sb3_dummy": ("tab:brown", ":", "X"),
+    "puffer_mp": ("goldenrod", "-.", "*"),
+    "puffer_mp_w1": ("darkkhaki", "-.", "h"),
+    "envpool": ("teal", ":", "p"),
+    "envpool_cpus": ("darkslategray", ":", "H"),
     "limit_sync": ("gray", "-.", None),
     "limit": ("black", "-.", None),
 }
@@ -1134,6 +1233,8 @@ def plot(facts: dict[str, Any], rows: list[dict[str, Any]], img_dir: Path, tag: 
         for impl in sorted({r["impl"] for r in sub}, key=lambda i: order.get(i, 99)):
             pts = sorted((r["num_envs"], r["steps_per_s"]) for r in sub if r["impl"] == impl)
             color, style, marker = STYLES.get(impl, ("gray", "-", "."))
+            if marker is None and len(pts) == 1:  # a lone point needs a marker to show
+                marker = "x"
             ax.plot(
                 [p[0] for p in pts],
                 [p[1] for p in pts],

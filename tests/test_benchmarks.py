@@ -113,6 +113,37 @@ def test_workload_names() -> None:
     assert env.observation_space.contains(obs) and not terminated and info == {}
 
 
+def test_peers_are_registered_and_skip_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    suite = _load_suite()
+    assert "experiments" not in SCRIPT.read_text()  # the suite imports no experiment
+    for impl in ("puffer_mp", "puffer_mp_w1", "envpool", "envpool_cpus"):
+        assert impl in suite.ALL_IMPLS and impl in suite.IMPL_LABELS and impl in suite.STYLES
+    quick = {w: impls.split(",") for w, (_, impls) in suite.PLANS["quick"].items()}
+    assert {"puffer_mp", "envpool"} <= set(quick["cartpole"])
+    cartpole, pong = suite.workload_spec("cartpole", 1.0), suite.workload_spec("pong", 1.0)
+    busy = suite.workload_spec("busy100us", 1.0)
+
+    monkeypatch.setattr(suite, "_installed", lambda module: False)
+    assert "pufferlib is not installed" in suite.available("cartpole", "puffer_mp", cartpole)
+    assert suite.available("cartpole", "envpool", cartpole) == "envpool is not installed"
+    assert suite.available("cartpole", "subvec", cartpole) is None
+    # only EnvPool itself is needed: its Pong-v5 is its own, ale-py's is not used
+    monkeypatch.setattr(suite, "_installed", lambda module: module != "ale_py")
+    assert suite.available("pong", "envpool", pong) is None
+    assert suite.available("pong", "puffer_mp", pong) == "ale_py is not installed"
+    assert suite.available("busy100us", "envpool", busy) == "EnvPool has no equivalent of busy100us"
+    assert suite.available("busy100us", "puffer_mp_w1", busy) is None
+
+    # one worker per core, lowered to a divisor of num_envs
+    assert [suite.puffer_workers(n, 2) for n in (1, 2, 7, 16)] == [1, 2, 1, 2]
+    assert suite.puffer_workers(6, 4) == 3
+    rows = [{**_row("envpool", 8, 10.0, "pong"), "runs": 1, "errors": []}]
+    for key in suite.FIELDS:
+        rows[0].setdefault(key, None)
+    suite.add_ratios(rows)
+    assert "is not ALE/Pong-v5" in suite.markdown({}, rows)
+
+
 def test_simpy_env_follows_the_api() -> None:
     pytest.importorskip("simpy")
     from gymnasium.utils.env_checker import check_env
