@@ -2,6 +2,7 @@
 
 General layout (lower layers never import higher ones):
 
+    _requires         what must be installed (checked first)
     errors            the exception hierarchy
     _protocol         the wire protocol: command codes, framing, payload records, remote errors
     _spaces, _shm     space -> shared-memory layout; the block and its views
@@ -25,6 +26,7 @@ General layout (lower layers never import higher ones):
 ``import subvec`` never imports torch, Stable-Baselines3 or ray.
 """
 
+from subvec import _requires  # noqa: F401  (first: says so plainly if gymnasium is too old)
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
