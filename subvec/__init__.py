@@ -12,6 +12,7 @@ General layout (lower layers never import higher ones):
     _block            the block's schema: regions, observation slots, row binding (both sides)
     _plan             the process layout: workers, env ranges, spin, partner (a pure function)
     _topology         NUMA discovery and placement
+    _bootstrap        how a worker starts: no re-run of the script, the parent's env registry
     _worker           the worker process: pin, build envs, serve commands
     _backend          the face every backend shows the front (units, send, collect, restart)
     _pool, _local     backends: worker processes; the parent's own envs (parent_envs)
@@ -30,6 +31,7 @@ from subvec import _requires  # noqa: F401  (first: says so plainly if gymnasium
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
+    MissingMainGuardError,
     RemoteEnvError,
     SharedMemoryTooSmallError,
     SubvecError,
@@ -45,6 +47,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
+    "MissingMainGuardError",
     "RemoteEnvError",
     "RemoteProxy",
     "SharedMemoryTooSmallError",

@@ -32,6 +32,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
 from subvec._block import bind_rows, slot_writers
+from subvec._bootstrap import adopt_registry
 from subvec._core import EnvSlab, SlabResult
 from subvec._infos import InfoBlockWriter, to_columns
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
@@ -58,6 +59,7 @@ def worker_main(
     worker_index: int,
     first_env: int,
     factories: list[bytes],
+    registry: bytes | None,
     cmd_conn: Connection,
     reply_conn: Connection,
     autoreset_mode: str,
@@ -75,11 +77,21 @@ def worker_main(
     cmd_fd, reply_fd = cmd_conn.fileno(), reply_conn.fileno()
 
     envs: list[Any] = []
+    loaded = 0  # factories unpickled: an error before all are names the next env
     try:
+        # Unpickling imports the modules the factories name (and so their registrations);
+        # the parent's registry then fills in what the script registered (see _bootstrap).
+        fns = []
         for blob in factories:
-            envs.append(cloudpickle.loads(blob)())
+            fns.append(cloudpickle.loads(blob))
+            loaded += 1
+        if registry is not None:
+            adopt_registry(registry)
+        for fn in fns:
+            envs.append(fn())
     except Exception as exc:
-        record = ErrorRecord.capture(exc, first_env + len(envs), "make")
+        at = loaded if loaded < len(factories) else len(envs)
+        record = ErrorRecord.capture(exc, first_env + at, "make")
         proto.write_frame(reply_fd, Status.ERROR, 0, proto.dumps(record))
         for env in envs:
             try:

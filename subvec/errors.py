@@ -16,6 +16,7 @@ from collections.abc import Sequence
 __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
+    "MissingMainGuardError",
     "RemoteEnvError",
     "RemoteTraceback",
     "SharedMemoryTooSmallError",
@@ -91,6 +92,13 @@ class WorkerTimeoutError(SubvecError, TimeoutError, multiprocessing.TimeoutError
 
 class BrokenVectorEnvError(SubvecError, RuntimeError):
     """The vector env lost a worker and can no longer step; only ``close()`` is allowed."""
+
+
+class MissingMainGuardError(SubvecError, RuntimeError):
+    """Workers cannot start from here: this process is a spawn or forkserver child that is still
+    running its parent's script on start-up (the script has no ``if __name__ == "__main__":``
+    guard and starts a process of its own). The message names both fixes: the guard, or
+    ``context="fork"`` for the process that runs the script again."""
 
 
 class SharedMemoryTooSmallError(SubvecError, OSError):
