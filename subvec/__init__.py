@@ -12,7 +12,8 @@ General layout (lower layers never import higher ones):
     _block            the block's schema: regions, observation slots, row binding (both sides)
     _plan             the process layout: workers, env ranges, spin, partner (a pure function)
     _topology         NUMA discovery and placement
-    _bootstrap        how a worker starts: no re-run of the script, the parent's env registry
+    _bootstrap        how a worker starts: no re-run of the script, the parent's env registry,
+                      the kernel-level tie to the parent's life
     _worker           the worker process: pin, build envs, serve commands
     _backend          the face every backend shows the front (units, send, collect, restart)
     _pool, _local     backends: worker processes; the parent's own envs (parent_envs)

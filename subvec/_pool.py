@@ -26,7 +26,7 @@ import cloudpickle
 
 from subvec import _protocol as proto
 from subvec._backend import PLAIN, Collected, Failure, Outcome
-from subvec._bootstrap import start
+from subvec._bootstrap import lifeline_for, start
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
 from subvec._shm import SharedBlock
 from subvec._topology import Placement
@@ -219,6 +219,7 @@ class WorkerPool:
                 self.autoreset_mode,
                 self.placements[index] if self.placements else None,
                 inherited,
+                lifeline_for(method),
             ),
             daemon=self.daemon,
         )

@@ -32,7 +32,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
 from subvec._block import bind_rows, slot_writers
-from subvec._bootstrap import adopt_registry
+from subvec._bootstrap import Lifeline, adopt_registry, tie_to_parent
 from subvec._core import EnvSlab, SlabResult
 from subvec._infos import InfoBlockWriter, to_columns
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
@@ -65,6 +65,7 @@ def worker_main(
     autoreset_mode: str,
     placement: Placement | None,
     inherited_fds: list[int],
+    lifeline: Lifeline,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for fd in inherited_fds:  # fork only: other workers' pipe ends copied into us
@@ -72,6 +73,7 @@ def worker_main(
             os.close(fd)
         except OSError:
             pass  # already closed: nothing of ours to release
+    tie_to_parent(lifeline)
     _watch_parent()
     report = apply_placement(placement)
     cmd_fd, reply_fd = cmd_conn.fileno(), reply_conn.fileno()
