@@ -2,7 +2,7 @@
 
     parent                                     worker (this module)
     ------                                     --------------------
-    Process(target=worker_main, args=...) ───► pin itself (placement), watch parent sentinel
+    Process(target=worker_main, args=...) ───► tie itself to the parent's life, pin itself
                                                build its k envs from cloudpickled factories
                        READY(hello) ◄───────── report pid, placement, spaces, metadata
     ATTACH(block name, layout) ──────────────► map the shared block, bind the EnvSlab
@@ -12,7 +12,10 @@
 
 SIGINT is ignored: on Ctrl-C the whole process group gets the signal and the parent decides.
 A daemon thread waits on the parent's sentinel and exits the process when the parent dies, even
-in the middle of a long env step.
+in the middle of a long env step; on Linux the kernel also kills the worker then, which covers
+native code that keeps the GIL (``_bootstrap.tie_to_parent``). The worker does not run the
+user's script; it registers the parent's gymnasium envs it lacks before building its own
+(``_bootstrap``).
 """
 
 from __future__ import annotations
