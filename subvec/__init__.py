@@ -2,6 +2,7 @@
 
 General layout (lower layers never import higher ones):
 
+    _requires         what must be installed (checked first)
     errors            the exception hierarchy
     _protocol         the wire protocol: command codes, framing, payload records, remote errors
     _spaces, _shm     space -> shared-memory layout; the block and its views
@@ -11,6 +12,8 @@ General layout (lower layers never import higher ones):
     _block            the block's schema: regions, observation slots, row binding (both sides)
     _plan             the process layout: workers, env ranges, spin, partner (a pure function)
     _topology         NUMA discovery and placement
+    _bootstrap        how a worker starts: no re-run of the script, the parent's env registry,
+                      the kernel-level tie to the parent's life
     _worker           the worker process: pin, build envs, serve commands
     _backend          the face every backend shows the front (units, send, collect, restart)
     _pool, _local     backends: worker processes; the parent's own envs (parent_envs)
@@ -25,9 +28,11 @@ General layout (lower layers never import higher ones):
 ``import subvec`` never imports torch, Stable-Baselines3 or ray.
 """
 
+from subvec import _requires  # noqa: F401  (first: says so plainly if gymnasium is too old)
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
+    MissingMainGuardError,
     RecvTimeoutError,
     RemoteEnvError,
     SharedMemoryTooSmallError,
@@ -44,6 +49,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
+    "MissingMainGuardError",
     "RecvTimeoutError",
     "RemoteEnvError",
     "RemoteProxy",

@@ -27,6 +27,7 @@ import cloudpickle
 
 from subvec import _protocol as proto
 from subvec._backend import PLAIN, Collected, Failure, Outcome
+from subvec._bootstrap import lifeline_for, start
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
 from subvec._shm import SharedBlock
 from subvec._topology import Placement
@@ -133,6 +134,8 @@ class WorkerPool:
     Args:
         ctx: the multiprocessing context the workers start with.
         factories: the cloudpickled env factories, in env order.
+        registry: the parent's gymnasium registry for the workers to adopt
+            (``_bootstrap.registry_snapshot``); None under fork, whose workers inherit it.
         bounds: ``(lo, hi)`` env indices of each worker.
         autoreset_mode: the AutoresetMode value the workers' envs follow.
         placements: where each worker runs (None: anywhere).
@@ -156,12 +159,14 @@ class WorkerPool:
         placements: list[Placement] | None,
         daemon: bool,
         *,
+        registry: bytes | None = None,
         spin_s: float = 0.0,
         partner: int | None = None,
         max_active: int | None = None,
     ) -> None:
         self.ctx = ctx
         self.factories = factories
+        self.registry = registry
         self.bounds = list(bounds)
         self.autoreset_mode = autoreset_mode
         self.placements = placements
@@ -202,7 +207,8 @@ class WorkerPool:
         cmd_r, cmd_w = ctx.Pipe(duplex=False)
         reply_r, reply_w = ctx.Pipe(duplex=False)
         inherited: list[int] = []
-        if ctx.get_start_method() == "fork":
+        method = ctx.get_start_method()
+        if method == "fork":
             # A forked child inherits every fd of ours: hand it the other workers' pipe ends
             # so it closes them, and a worker's death stays visible as EOF on its pipes.
             for other in self.workers:
@@ -215,15 +221,22 @@ class WorkerPool:
                 index,
                 lo,
                 self.factories[lo:hi],
+                self.registry,
                 cmd_r,
                 reply_w,
                 self.autoreset_mode,
                 self.placements[index] if self.placements else None,
                 inherited,
+                lifeline_for(method),
             ),
             daemon=self.daemon,
         )
-        process.start()
+        try:
+            start(process)  # without running the user's script again (see _bootstrap)
+        except BaseException:
+            for conn in (cmd_r, cmd_w, reply_r, reply_w):
+                conn.close()
+            raise
         # The child holds its own copies now; keeping ours would hide its death from EOF.
         cmd_r.close()
         reply_w.close()
@@ -761,7 +774,9 @@ _STATUSES = {int(status): status for status in Status}
 _STALE = object()
 PLAIN_OK: Reply = (Status.OK, b"")
 #: commands whose payloads may hold lambdas and closures (a call's arguments, attribute values)
-_CLOUDPICKLED = (Command.CALL, Command.SET_ATTR)
+#: or objects of the script's own classes (reset options): a worker does not run the script, so
+#: pickle's reference to ``__main__.Name`` would not resolve there; cloudpickle sends them by value
+_CLOUDPICKLED = (Command.CALL, Command.SET_ATTR, Command.RESET)
 #: commands that run envs, and so take turns with ``max_active`` (gymnasium's max_concurrency
 #: limits ``step`` and ``reset``; calls and attributes run everywhere at once)
 _IN_TURNS = (Command.STEP, Command.RESET)

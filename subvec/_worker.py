@@ -2,7 +2,7 @@
 
     parent                                     worker (this module)
     ------                                     --------------------
-    Process(target=worker_main, args=...) ───► pin itself (placement), watch parent sentinel
+    Process(target=worker_main, args=...) ───► tie itself to the parent's life, pin itself
                                                build its k envs from cloudpickled factories
                        READY(hello) ◄───────── report pid, placement, spaces, metadata
     ATTACH(block name, layout) ──────────────► map the shared block, bind the EnvSlab
@@ -12,7 +12,10 @@
 
 SIGINT is ignored: on Ctrl-C the whole process group gets the signal and the parent decides.
 A daemon thread waits on the parent's sentinel and exits the process when the parent dies, even
-in the middle of a long env step.
+in the middle of a long env step; on Linux the kernel also kills the worker then, which covers
+native code that keeps the GIL (``_bootstrap.tie_to_parent``). The worker does not run the
+user's script; it registers the parent's gymnasium envs it lacks before building its own
+(``_bootstrap``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
 from subvec._block import bind_rows, slot_writers
+from subvec._bootstrap import Lifeline, adopt_registry, tie_to_parent
 from subvec._infos import InfoBlockWriter, to_columns
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
 from subvec._shm import SharedBlock
@@ -58,11 +62,13 @@ def worker_main(
     worker_index: int,
     first_env: int,
     factories: list[bytes],
+    registry: bytes | None,
     cmd_conn: Connection,
     reply_conn: Connection,
     autoreset_mode: str,
     placement: Placement | None,
     inherited_fds: list[int],
+    lifeline: Lifeline,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for fd in inherited_fds:  # fork only: other workers' pipe ends copied into us
@@ -70,16 +76,27 @@ def worker_main(
             os.close(fd)
         except OSError:
             pass  # already closed: nothing of ours to release
+    tie_to_parent(lifeline)
     _watch_parent()
     report = apply_placement(placement)
     cmd_fd, reply_fd = cmd_conn.fileno(), reply_conn.fileno()
 
     envs: list[Any] = []
+    loaded = 0  # factories unpickled: an error before all are names the next env
     try:
+        # Unpickling imports the modules the factories name (and so their registrations);
+        # the parent's registry then fills in what the script registered (see _bootstrap).
+        fns = []
         for blob in factories:
-            envs.append(cloudpickle.loads(blob)())
+            fns.append(cloudpickle.loads(blob))
+            loaded += 1
+        if registry is not None:
+            adopt_registry(registry)
+        for fn in fns:
+            envs.append(fn())
     except Exception as exc:
-        record = ErrorRecord.capture(exc, first_env + len(envs), "make")
+        at = loaded if loaded < len(factories) else len(envs)
+        record = ErrorRecord.capture(exc, first_env + at, "make")
         proto.write_frame(reply_fd, Status.ERROR, 0, proto.dumps(record))
         for env in envs:
             try:

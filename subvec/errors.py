@@ -16,6 +16,7 @@ from collections.abc import Sequence
 __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
+    "MissingMainGuardError",
     "RemoteEnvError",
     "RemoteTraceback",
     "SharedMemoryTooSmallError",
@@ -106,6 +107,13 @@ class BrokenVectorEnvError(SubvecError, RuntimeError):
     """The vector env lost a worker and can no longer step: ``reset()`` rebuilds the failed
     workers (and resets every env), ``close()`` releases everything; any other call raises
     this."""
+
+
+class MissingMainGuardError(SubvecError, RuntimeError):
+    """Workers cannot start from here: this process is a spawn or forkserver child that is still
+    running its parent's script on start-up (the script has no ``if __name__ == "__main__":``
+    guard and starts a process of its own). The message names both fixes: the guard, or
+    ``context="fork"`` for the process that runs the script again."""
 
 
 class SharedMemoryTooSmallError(SubvecError, OSError):

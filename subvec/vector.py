@@ -37,6 +37,7 @@ from gymnasium import Env, Space
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._block import BatchViews, BlockPlan, plan_block
+from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS
 from subvec._front import _WAITING, DEFAULT_AUTORESET, VectorFront, _State
 from subvec._local import LocalShare
@@ -197,6 +198,9 @@ class SubprocVectorEnv(VectorFront):
             self.autoreset_mode.value,
             placements,
             self.daemon,
+            # A forked worker inherits the registry; the others do not run the script that
+            # may have registered the ids their factories make (see _bootstrap).
+            registry=None if self.context == "fork" else registry_snapshot(),
             spin_s=self.layout.parent_spin_us * 1e-6,
             partner=self.layout.partner,
             max_active=self.layout.max_active,

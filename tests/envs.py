@@ -188,6 +188,13 @@ class CrashEnv(ZooEnv):
             ctypes.string_at(0)
         if self.how == "hang":
             time.sleep(self.seconds)
+        if self.how == "native_hang":
+            # Native code that keeps the GIL (PyDLL does not release it): no Python thread of
+            # this process runs until it returns. Announced first, so a test knows we are in.
+            import ctypes
+
+            print(f"in native code {os.getpid()}", flush=True)
+            ctypes.pythonapi.sleep(int(self.seconds))
         if self.how == "hang_ignoring_sigterm":
             import signal
 

@@ -591,6 +591,65 @@ def test_parent_sigkill_takes_workers_and_segment_with_it(context: str, mode: st
         proc.communicate(timeout=10)
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_parent_sigkill_takes_workers_stuck_in_native_code_that_holds_the_gil(
+    context: str,
+) -> None:
+    # The worker's parent watch is a Python thread: it cannot run while the env sits in native
+    # code that keeps the GIL (here 60 s of libc sleep through ctypes.PyDLL). The kernel's
+    # parent-death signal does not need the GIL.
+    proc = run_script(context, "native")
+    pids: list[int] = []
+    try:
+        assert proc.stdout is not None
+        pids = json.loads(proc.stdout.readline())["pids"]
+        # Two lines, ours and the worker's, whose writes may interleave (each is atomic).
+        text = proc.stdout.readline() + proc.stdout.readline()
+        assert "stepping" in text and "in native code" in text, text
+        proc.kill()
+        proc.wait(10)
+        assert wait_until(lambda: all(gone(pid) for pid in pids), 2.0), "workers outlived parent"
+    finally:
+        # A worker that outlived the parent is no child of ours, and it holds the parent's
+        # stdout open: end it before reading the rest.
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.kill()
+        proc.communicate(timeout=10)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_workers_outlive_the_thread_that_started_them(context: str) -> None:
+    # The kernel's parent-death signal fires when the *thread* that forked exits: workers
+    # started from a thread that then ends must not die with it.
+    import threading
+
+    built: list[SubprocVectorEnv] = []
+    thread = threading.Thread(
+        target=lambda: built.append(
+            SubprocVectorEnv([make_zoo("box_f32")] * 2, num_workers=2, context=context)
+        )
+    )
+    thread.start()
+    thread.join(60)
+    # join() returns when the thread's Python code is done; the kernel sends the signal as the
+    # OS thread exits, before its /proc entry goes.
+    task = f"/proc/self/task/{thread.native_id}"
+    assert wait_until(lambda: not os.path.exists(task), 10.0)
+    envs = built[0]
+    try:
+        envs.reset(seed=0)
+        envs.step(envs.action_space.sample())
+        assert all(not gone(pid) for pid in worker_pids(envs))
+    finally:
+        envs.close()
+
+
 @pytest.mark.timeout(60)
 def test_ctrl_c_interrupts_the_parent_once_and_workers_stay_quiet() -> None:
     proc = run_script("forkserver", "interrupt", start_new_session=True)

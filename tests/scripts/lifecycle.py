@@ -3,6 +3,7 @@
 Usage: python lifecycle.py CONTEXT MODE
   MODE idle      : print pids, then sleep (the test SIGKILLs us)
   MODE midstep   : print pids, then step an env that sleeps inside step (we get SIGKILLed)
+  MODE native    : as midstep, the env sleeping in native code that holds the GIL
   MODE noclose   : step a few times and exit without close()
   MODE interrupt : step in a loop; on KeyboardInterrupt close() and report
 """
@@ -19,8 +20,9 @@ from tests.envs import crash_fns
 
 def main() -> None:
     context, mode = sys.argv[1], sys.argv[2]
-    how = "hang" if mode == "midstep" else ""
-    envs = SubprocVectorEnv(crash_fns(4, 3, how), num_workers=2, context=context)
+    how = {"midstep": "hang", "native": "native_hang"}.get(mode, "")
+    fns = crash_fns(4, 3, how, seconds=60)
+    envs = SubprocVectorEnv(fns, num_workers=2, context=context)
     envs.reset(seed=0)
     block = envs._pool.resources.block
     report = {"pids": [r.pid for r in envs.placement], "segment": block.name if block else None}
@@ -28,7 +30,7 @@ def main() -> None:
     actions = envs.action_space.sample()
     if mode == "idle":
         time.sleep(600)
-    elif mode == "midstep":
+    elif mode in ("midstep", "native"):
         envs.step_async(actions)
         print("stepping", flush=True)
         envs.step_wait()
