@@ -37,7 +37,7 @@ from subvec._failures import FailurePolicy
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, make_merger
 from subvec._protocol import Command, ResetPayload, Status, StepEnvsPayload
-from subvec._seeding import SeedArg, per_env_seeds
+from subvec._seeding import SeedArg
 from subvec._slab import FinalObsInBlock
 from subvec.errors import RecvTimeoutError
 
@@ -107,7 +107,9 @@ class AsyncStepping:
 
         def _assert_is_running(self) -> None: ...
         def _begin_async(self, method: str) -> None: ...
-        def _check_reset_mask(self, reset_mask: Any) -> np.ndarray: ...
+        def _reset_args(
+            self, seed: SeedArg, options: dict[str, Any] | None
+        ) -> tuple[list[int | None], np.ndarray | None, dict[str, Any] | None]: ...
         def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
         def _break(self, units: Iterable[int], reason: str) -> None: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
@@ -169,12 +171,7 @@ class AsyncStepping:
                 "call drain() first",
                 "async",
             )
-        seeds = per_env_seeds(seed, self.num_envs)
-        mask = None
-        env_options = options
-        if options is not None and "reset_mask" in options:
-            mask = self._check_reset_mask(options["reset_mask"])
-            env_options = {k: v for k, v in options.items() if k != "reset_mask"}
+        seeds, mask, env_options = self._reset_args(seed, options)
         self._enter_async()
         for unit in self._units:
             envs = [e for e in range(unit.lo, unit.hi) if mask is None or mask[e]]

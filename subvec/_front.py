@@ -576,13 +576,7 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         broken = self._state is _State.BROKEN and not self.closed
         if not broken:
             self._begin(_State.WAITING_RESET)
-        seeds = per_env_seeds(seed, self.num_envs)
-        mask = None
-        env_options = options
-        if options is not None and "reset_mask" in options:
-            mask = self._check_reset_mask(options["reset_mask"])
-            # Never mutate the caller's dict; the envs see the options without the mask.
-            env_options = {k: v for k, v in options.items() if k != "reset_mask"}
+        seeds, mask, env_options = self._reset_args(seed, options)
         rebuilt = self._rebuild() if broken else []
         if mask is not None:
             for unit in rebuilt:
@@ -651,6 +645,17 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         self._state = _State.IDLE
         self._broken_reason = ""
         return rebuilt
+
+    def _reset_args(
+        self, seed: SeedArg, options: dict[str, Any] | None
+    ) -> tuple[list[int | None], np.ndarray | None, dict[str, Any] | None]:
+        """Per-env seeds, the checked ``reset_mask`` (or None), and the options the envs see:
+        the caller's without the mask (the caller's dict is never mutated)."""
+        seeds = per_env_seeds(seed, self.num_envs)
+        if options is None or "reset_mask" not in options:
+            return seeds, None, options
+        mask = self._check_reset_mask(options["reset_mask"])
+        return seeds, mask, {k: v for k, v in options.items() if k != "reset_mask"}
 
     def _check_reset_mask(self, reset_mask: Any) -> np.ndarray:
         if not isinstance(reset_mask, np.ndarray):

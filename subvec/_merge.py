@@ -9,6 +9,7 @@ and the envs a worker restart cut short, which report ``worker_restarted``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,12 +25,13 @@ Part = tuple[int, Any]
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
 
-class InfoMerger:
+class InfoMerger(ABC):
     """Merge the parts of a call into the infos the caller gets."""
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
 
+    @abstractmethod
     def merge(self, parts: Sequence[Part], restarted: Sequence[int]) -> Any:
         """The infos of one call.
 
@@ -40,7 +42,6 @@ class InfoMerger:
         Returns:
             The infos in this merger's format.
         """
-        raise NotImplementedError
 
 
 class GymnasiumInfos(InfoMerger):

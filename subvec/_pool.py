@@ -100,15 +100,21 @@ def release(resources: PoolResources) -> None:
                 pass  # it is dying already; terminate() below makes sure
     terminate(workers, grace=TERMINATE_GRACE)
     for worker in workers:
-        worker.cmd_conn.close()
-        worker.reply_conn.close()
-        try:
-            worker.process.close()
-        except ValueError:  # still running after SIGKILL + 5 s: leave it to the OS
-            pass
+        _discard(worker)
     block, resources.block = resources.block, None
     if block is not None:
         block.close()
+
+
+def _discard(worker: Worker) -> None:
+    """Close a stopped worker's pipes and its process object (the sentinel's fd, now rather
+    than when collected)."""
+    worker.cmd_conn.close()
+    worker.reply_conn.close()
+    try:
+        worker.process.close()
+    except ValueError:  # still running after SIGKILL + 5 s: leave it to the OS
+        pass
 
 
 def terminate(workers: Sequence[Worker], grace: float) -> None:
@@ -729,12 +735,7 @@ class WorkerPool:
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(5.0)
-        worker.cmd_conn.close()
-        worker.reply_conn.close()
-        try:
-            worker.process.close()  # its sentinel's fd, now rather than when collected
-        except ValueError:  # still running after SIGKILL + 5 s: leave it to the OS
-            pass
+        _discard(worker)
         new = self.spawn(worker.index)
         self.workers[worker.index] = new
         self._forget_workers()

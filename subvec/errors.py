@@ -77,8 +77,8 @@ class WorkerDiedError(SubvecError, RuntimeError):
         self.exitcode = exitcode
 
 
-class WorkerTimeoutError(SubvecError, TimeoutError, multiprocessing.TimeoutError):
-    """A wait ran out of time; also a ``multiprocessing.TimeoutError`` like gymnasium raises."""
+class _EnvsTimeout(SubvecError, TimeoutError):
+    """A timeout that names the envs it concerns and the bound it ran past."""
 
     def __init__(self, message: str, *, env_indices: Sequence[int] = (), timeout: float = 0.0):
         super().__init__(message)
@@ -90,17 +90,13 @@ class WorkerTimeoutError(SubvecError, TimeoutError, multiprocessing.TimeoutError
         return str(self.args[0]) if self.args else ""
 
 
-class RecvTimeoutError(SubvecError, TimeoutError):
+class WorkerTimeoutError(_EnvsTimeout, multiprocessing.TimeoutError):
+    """A wait ran out of time; also a ``multiprocessing.TimeoutError`` like gymnasium raises."""
+
+
+class RecvTimeoutError(_EnvsTimeout):
     """``recv`` ran out of time before enough envs were ready. Nothing is lost: the envs named
     in ``env_indices`` stay in flight, and what was collected is returned by a later ``recv``."""
-
-    def __init__(self, message: str, *, env_indices: Sequence[int] = (), timeout: float = 0.0):
-        super().__init__(message)
-        self.env_indices = tuple(env_indices)
-        self.timeout = timeout
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class BrokenVectorEnvError(SubvecError, RuntimeError):

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
+
+
+def load_script(name: str, path: Path) -> ModuleType:
+    """Import the script at ``path`` as module ``name`` (once: later calls get the same one)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
 
 
 def assert_same(a: Any, b: Any, where: str = "value") -> None:

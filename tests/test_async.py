@@ -194,7 +194,9 @@ def test_recv_bounds_and_nothing_in_flight() -> None:
             envs.recv()
         envs.async_reset(seed=1)
         obs, rew, term, trunc, infos = envs.recv(min_envs=1, max_envs=2)
-        assert 1 <= len(infos["env_id"]) <= 2 and obs.shape[0] == len(rew) == len(term)
+        ids = infos["env_id"].tolist()
+        assert 1 <= len(ids) <= 2 and len(set(ids)) == len(ids)  # within the bounds, distinct
+        assert obs.shape[0] == len(rew) == len(term) == len(ids)
         assert not term.any() and not trunc.any() and not rew.any()  # reset results
         with pytest.raises(ValueError, match="min_envs must be an int in"):
             envs.recv(min_envs=0)

@@ -4,7 +4,6 @@ It checks what the files hold, not any speed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "bench_async.py"
@@ -38,15 +39,7 @@ ROWS = [
 
 
 def _load() -> ModuleType:
-    name = "bench_async_under_test"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_async_under_test", SCRIPT)
 
 
 @pytest.mark.timeout(300)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from subvec import _bench, cli
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "bench_vector.py"
@@ -31,15 +32,7 @@ def _env() -> dict[str, str]:
 
 
 def _load_suite() -> ModuleType:
-    name = "bench_vector_under_test"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_vector_under_test", SCRIPT)
 
 
 @pytest.mark.timeout(240)
