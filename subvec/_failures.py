@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from subvec._backend import PLAIN, Backend, Failure, Outcome, Unit
 from subvec._protocol import Command, ResetPayload
@@ -103,10 +104,13 @@ class FailurePolicy:
         timeout: float | None,
         build_timeout: float | None,
         seeds: Callable[[Unit], Sequence[int | None]],
+        stored: Callable[[Unit], Sequence[dict[str, Any] | None] | None] | None = None,
     ) -> Restarted:
         """Replace each failed unit (building its envs within ``build_timeout``) and reset its
         envs with ``seeds(unit)`` (within ``timeout``), taking that reset's outcome as the
-        unit's answer. Every replacement is recorded, the failed ones too.
+        unit's answer. Every replacement is recorded, the failed ones too. ``stored(unit)``:
+        the reset options its envs had stored (``set_reset_options``), which the replacement
+        keeps and resets with.
 
         Returns:
             The resets' outcomes; and, when a replacement failed to start or to reset, the
@@ -128,7 +132,9 @@ class FailurePolicy:
                 done.reason = reason
                 return done
             self.restarts.append(RestartRecord(unit.index, envs, failure.message, time.monotonic()))
-            backend.send(Command.RESET, ResetPayload(seeds(unit), None, None), units=[unit])
+            options = None if stored is None else stored(unit)
+            payload = ResetPayload(seeds(unit), None, None, options)
+            backend.send(Command.RESET, payload, units=[unit])
             got = backend.collect(timeout, "resetting a restarted worker", units=[unit])
             if got is not None and got.failures:
                 done.error, _ = self.error(got.failures, timeout)
