@@ -58,6 +58,7 @@ def test_calls_reach_only_the_given_envs_in_their_order() -> None:
         assert frames is not None and len(frames) == 1 and frames[0].shape == (4, 4, 3)
         envs.call_async("get_t", env_ids=[1])
         assert envs.call_wait(timeout=10) == (1,)
+        assert envs.remote.get_t(5, env_ids=[2, 4]) == (6, 6)  # the proxy passes it on
 
         # Only the workers holding the envs get a command; the others stay idle.
         before = _seqs(envs)
