@@ -382,21 +382,15 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         """Send ``command`` to every unit (those of ``only``, by index, when given), but not
         to those that answer this step with a restart's reset."""
         skip = self._answered
+        if only is not None:  # an addressed call (never a step: the step path stays as it is)
+            for backend in self._backends:
+                chosen = [u for u in backend.units if u.index in only and u.index not in skip]
+                if chosen:
+                    backend.send(command, payload, per_unit=per_unit, units=chosen)
+            return
         for backend in self._backends:
-            units = self._targets(backend, skip, only)
-            if units is None or units:
-                backend.send(command, payload, per_unit=per_unit, units=units)
-
-    @staticmethod
-    def _targets(
-        backend: Backend, skip: dict[int, Outcome], only: frozenset[int] | None
-    ) -> list[Unit] | None:
-        """``backend``'s units in ``only`` (None: all) and not in ``skip``; None for all."""
-        if not skip and only is None:
-            return None
-        return [
-            u for u in backend.units if u.index not in skip and (only is None or u.index in only)
-        ]
+            units = [u for u in backend.units if u.index not in skip] if skip else None
+            backend.send(command, payload, per_unit=per_unit, units=units)
 
     def _collect(
         self, state: _State, timeout: float | None, only: frozenset[int] | None = None
@@ -418,16 +412,24 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         if answered:
             self._answered = {}
         try:
-            collected = [
-                b.collect(
-                    timeout,
-                    what,
-                    units=self._targets(b, answered, only),
-                    stop_at_death=not restart,
-                )
-                for b in self._collect_order
-                if only is None or any(u.index in only for u in b.units)
-            ]
+            if only is None:
+                collected = [
+                    b.collect(
+                        timeout,
+                        what,
+                        units=[u for u in b.units if u.index not in answered] if answered else None,
+                        stop_at_death=not restart,
+                    )
+                    for b in self._collect_order
+                ]
+            else:  # an addressed call: only the units it went to
+                collected = []
+                for b in self._collect_order:
+                    units = [u for u in b.units if u.index in only and u.index not in answered]
+                    if units:
+                        collected.append(
+                            b.collect(timeout, what, units=units, stop_at_death=not restart)
+                        )
         except KeyboardInterrupt:
             # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
             self._state = _State.IDLE
