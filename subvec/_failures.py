@@ -105,12 +105,13 @@ class FailurePolicy:
         build_timeout: float | None,
         seeds: Callable[[Unit], Sequence[int | None]],
         stored: Callable[[Unit], Sequence[dict[str, Any] | None] | None] | None = None,
+        options: Callable[[Unit], Any] | None = None,
     ) -> Restarted:
         """Replace each failed unit (building its envs within ``build_timeout``) and reset its
         envs with ``seeds(unit)`` (within ``timeout``), taking that reset's outcome as the
         unit's answer. Every replacement is recorded, the failed ones too. ``stored(unit)``:
         the reset options its envs had stored (``set_reset_options``), which the replacement
-        keeps and resets with.
+        keeps and resets with unless ``options(unit)`` (the failed reset's) names others.
 
         Returns:
             The resets' outcomes; and, when a replacement failed to start or to reset, the
@@ -132,8 +133,9 @@ class FailurePolicy:
                 done.reason = reason
                 return done
             self.restarts.append(RestartRecord(unit.index, envs, failure.message, time.monotonic()))
-            options = None if stored is None else stored(unit)
-            payload = ResetPayload(seeds(unit), None, None, options)
+            kept = None if stored is None else stored(unit)
+            named = None if options is None else options(unit)
+            payload = ResetPayload(seeds(unit), named, None, kept)
             backend.send(Command.RESET, payload, units=[unit])
             got = backend.collect(timeout, "resetting a restarted worker", units=[unit])
             if got is not None and got.failures:

@@ -281,6 +281,8 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         #: the units a broken vector env has lost, by index (``reset()`` rebuilds them)
         self._broken_units: set[int] = set()
         self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
+        #: the options the pending reset names (a restart during it resets with them too)
+        self._reset_named: EnvOptions = None
         self._env_obs: list[Any] = [None] * n
         #: per env: the options its resets get when none are named (``set_reset_options``)
         self._reset_options: list[dict[str, Any] | None] = [None] * n
@@ -519,6 +521,9 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
                 return [None] * (unit.hi - unit.lo)
             return request[0][unit.lo : unit.hi]
 
+        def named(unit: Unit) -> EnvOptions:
+            return _unit_options(self._reset_named, unit)
+
         call = state is _State.WAITING_CALL
         if call and self._obs_slots is not None:
             self._fresh_obs_slot()  # the resets below must not write into the caller's batch
@@ -530,7 +535,13 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         try:
             for b, mine in by_unit.items():
                 done = self._policy.restart(
-                    self._backends[b], mine, timeout, build_timeout, seeds, self._stored_options
+                    self._backends[b],
+                    mine,
+                    timeout,
+                    build_timeout,
+                    seeds,
+                    self._stored_options,
+                    named if request is not None else None,
                 )
                 outcomes.update(done.outcomes)
                 if done.error is not None:
@@ -633,6 +644,7 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             for unit in rebuilt:
                 mask[unit.lo : unit.hi] = True  # fresh envs have no state to keep: reset them
         self._reset_request = (seeds, mask)
+        self._reset_named = env_options
         fresh = {unit.index for unit in rebuilt}
 
         def payload(unit: Unit) -> ResetPayload:

@@ -254,6 +254,21 @@ def test_stored_options_survive_a_worker_restart(mode: AutoresetMode) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_a_restart_during_a_reset_resets_with_that_resets_options() -> None:
+    envs = SubprocVectorEnv([_options_env] * 5, on_worker_failure="restart", **LAYOUT)
+    try:
+        envs.reset(seed=0)
+        envs.set_reset_options({"level": 9}, env_ids=[3])
+        os.kill(envs.worker_pids[1], signal.SIGKILL)  # dies before the reset reaches it
+        obs, infos = envs.reset(options=[{"level": i} if i != 3 else None for i in range(5)])
+        assert len(envs.restarts) == 1
+        assert list(infos["_worker_restarted"]) == [False, False, True, True, False]
+        assert _levels(obs) == [0, 1, 2, 9, 4]  # env 3: named none, so its stored ones
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
 def test_a_worker_rebuilt_by_reset_gets_the_stored_options() -> None:
     envs = SubprocVectorEnv([_options_env] * 5, **LAYOUT)  # on_worker_failure="raise"
     try:
