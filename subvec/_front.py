@@ -268,7 +268,7 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         self._broken_units: set[int] = set()
         self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
         self._env_obs: list[Any] = [None] * n
-        self._start_async()
+        self._start_async(batch)
 
     # --- failure policy ----------------------------------------------------------------------
 
@@ -303,7 +303,10 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         return sorted((u for b in self._backends for u in b.units), key=lambda u: u.lo)
 
     def _unit(self, index: int) -> Unit:
-        return next(u for u in self._units if u.index == index)
+        units = self._units
+        if index < len(units) and units[index].index == index:  # sorted by lo: the usual case
+            return units[index]
+        return next(u for u in units if u.index == index)
 
     # --- state checks ------------------------------------------------------------------------
 
@@ -1113,6 +1116,8 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             "_terminations",
             "_truncations",
             "_store_actions",
+            "_store_action_rows",
+            "_read_action",
             "_final_obs_rows",
             "_info_block",
             "_obs_slots",

@@ -303,7 +303,11 @@ class WorkerPool:
         ``payload`` or ``per_unit(worker)``, pickled (cloudpickle for calls: their arguments
         may be lambdas)."""
         targets = self._send_order() if units is None else units
-        dump = cloudpickle.dumps if command in _CLOUDPICKLED else proto.dumps
+        dump: Callable[[Any], bytes] = proto.dumps
+        if command in _CLOUDPICKLED:
+            dump = cloudpickle.dumps
+        elif command is Command.STEP_ENVS:
+            dump = proto.encode_step_envs
         data = b"" if payload is None else dump(payload)
         self._queued.clear()  # a command gathered no further (interrupted) has no more turns
         first = len(targets)
@@ -358,11 +362,12 @@ class WorkerPool:
         silent is left in flight (its reply stays awaited): nothing is reported hung."""
         deadline = None if timeout is None else time.monotonic() + timeout
         pending = {w.index: w for w in units}
-        poller, by_fd = select.poll(), {}
-        for w in units:
-            for fd, is_reply in ((w.reply_fd, True), (w.process.sentinel, False)):
-                by_fd[fd] = (w, is_reply)
-                poller.register(fd, select.POLLIN)
+        # The kept poll object over every worker: building one per wait would cost more than
+        # the rest of the wait. The idle workers' fds are silent but for a stale reply (read
+        # and dropped) or a death (dropped from the kept object until it is rebuilt: that
+        # worker's death is reported when it is next given a command).
+        poller, by_fd = self._full_poller()
+        answered: set[int] = set()
         replies: dict[int, Reply] = {}
         failures: list[Failure] = []
         waiting = True
@@ -380,15 +385,24 @@ class WorkerPool:
                 break
             for fd, _ in events:
                 worker, is_reply = by_fd[fd]
-                if worker.index not in pending:
+                if worker.index in answered:
                     continue  # its other fd in the same poll, after its answer
+                if worker.index not in pending:  # idle
+                    if is_reply and self._read(worker) is _STALE:
+                        continue
+                    poller.unregister(fd)  # dead: it would fire on every poll
+                    self._poller = self._quick = None
+                    continue
                 reply = self._read(worker) if is_reply else self._drain(worker)
                 if reply is _STALE:
                     continue
                 del pending[worker.index]
-                for done in (worker.reply_fd, worker.process.sentinel):
-                    poller.unregister(done)
+                answered.add(worker.index)
                 if reply is _DEAD:
+                    # Its sentinel stays readable: out of the kept object, rebuilt next time.
+                    for done in (worker.reply_fd, worker.process.sentinel):
+                        poller.unregister(done)
+                    self._poller = self._quick = None
                     failures.append(self._death(worker, what))
                 else:
                     assert isinstance(reply, tuple)

@@ -233,7 +233,7 @@ class _Server:
             reset: proto.ResetPayload = proto.loads(payload)
             result = slab.reset(reset.seeds, reset.options, reset.mask)
         elif command is Command.STEP_ENVS:
-            some: proto.StepEnvsPayload = proto.loads(payload)
+            some = proto.decode_step_envs(payload)
             result = slab.step_envs(some.envs, some.actions)
             if result.is_empty():
                 return Status.OK, b""
