@@ -308,8 +308,12 @@ class RecyclingFront:
         by_lo: dict[int, Any] = dict(parts)
         errors = []
         for unit, reason in policy.take_due(self._units):
+            lo, hi = unit.lo, unit.hi
+            # The reset clears the rows' flags in the block; this step's are the old env's end.
+            flags = self._terminations[lo:hi].copy(), self._truncations[lo:hi].copy()
             new = self._recycle(unit, reason)
             status, value = self._reset_recycled(new)
+            self._terminations[lo:hi], self._truncations[lo:hi] = flags
             if status is Status.ERROR:
                 errors.append(value)
                 continue
