@@ -30,6 +30,15 @@ def _row(obs: np.ndarray) -> tuple[int, int, float]:
     return int(obs[0]), int(obs[1]), float(obs[2])
 
 
+def _info(infos: Any, key: str, i: int) -> Any:
+    """``key`` of env ``i`` in any info format (legacy names the final observation its way)."""
+    if isinstance(infos, list):
+        return infos[i][key]
+    if key == "final_obs" and "final_observation" in infos:
+        return infos["final_observation"][i]
+    return infos[key][i]
+
+
 def play(envs: SubprocVectorEnv, steps: int, seed: int | None = 0) -> list[list[dict[str, Any]]]:
     """Step ``envs`` ``steps`` times, checking the autoreset contract of its mode row by row;
     per env, its episodes: ``{"rows": [(pid, t, first), ...], "end": "terminated" |
@@ -41,11 +50,14 @@ def play(envs: SubprocVectorEnv, steps: int, seed: int | None = 0) -> list[list[
         [{"rows": [_row(obs[i])], "end": None}] for i in range(n)
     ]
     for i in range(n):
-        assert infos["reset_pid"][i] == obs[i][0]
+        assert _info(infos, "reset_pid", i) == obs[i][0]
     ended = np.zeros(n, dtype=bool)
     for _ in range(steps):
         obs, rewards, terms, truncs, infos = envs.step(np.zeros(n, dtype=np.int64))
-        restarted = infos.get("worker_restarted", np.zeros(n, dtype=bool))
+        if isinstance(infos, list):
+            restarted = np.array([bool(d.get("worker_restarted")) for d in infos])
+        else:
+            restarted = infos.get("worker_restarted", np.zeros(n, dtype=bool))
         for i in range(n):
             current = episodes[i][-1]
             row = _row(obs[i])
@@ -59,13 +71,13 @@ def play(envs: SubprocVectorEnv, steps: int, seed: int | None = 0) -> list[list[
             if mode is AutoresetMode.NEXT_STEP and ended[i]:
                 # the step after the end is the reset step: reward 0, no flags, its infos
                 assert rewards[i] == 0.0 and not terms[i]
-                assert row[1] == 0 and infos["reset_pid"][i] == row[0]
+                assert row[1] == 0 and _info(infos, "reset_pid", i) == row[0]
                 episodes[i].append({"rows": [row], "end": None})
                 continue
             if mode is AutoresetMode.SAME_STEP and terms[i]:
-                current["rows"].append(_row(infos["final_obs"][i]))
+                current["rows"].append(_row(_info(infos, "final_obs", i)))
                 current["end"] = "terminated"
-                assert row[1] == 0 and infos["reset_pid"][i] == row[0]
+                assert row[1] == 0 and _info(infos, "reset_pid", i) == row[0]
                 episodes[i].append({"rows": [row], "end": None})
                 continue
             current["rows"].append(row)
@@ -77,7 +89,7 @@ def play(envs: SubprocVectorEnv, steps: int, seed: int | None = 0) -> list[list[
             obs, infos = envs.reset(options={"reset_mask": ended.copy()})
             for i in np.flatnonzero(ended):
                 row = _row(obs[i])
-                assert row[1] == 0 and infos["reset_pid"][i] == row[0]
+                assert row[1] == 0 and _info(infos, "reset_pid", i) == row[0]
                 episodes[i].append({"rows": [row], "end": None})
             ended[:] = False
     return episodes
@@ -98,10 +110,24 @@ def episode_pids(episodes: list[dict[str, Any]]) -> list[int]:
     return [episode["rows"][0][0] for episode in episodes]
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
-def test_recycle_every_replaces_workers_exactly_between_episodes(mode: AutoresetMode) -> None:
+@pytest.mark.parametrize(
+    ("mode", "options"),
+    [(mode, {}) for mode in MODES]
+    + [
+        (AutoresetMode.NEXT_STEP, {"shared_memory": False}),
+        (AutoresetMode.SAME_STEP, {"shared_memory": False}),
+        (AutoresetMode.NEXT_STEP, {"info_format": "list"}),
+        (AutoresetMode.SAME_STEP, {"info_format": "list"}),
+        (AutoresetMode.SAME_STEP, {"info_format": "legacy"}),
+        (AutoresetMode.NEXT_STEP, {"context": "spawn"}),
+    ],
+    ids=lambda v: v.value if isinstance(v, AutoresetMode) else "-".join(map(str, v.values())),
+)
+def test_recycle_every_replaces_workers_exactly_between_episodes(
+    mode: AutoresetMode, options: dict[str, Any]
+) -> None:
     lengths = [3, 4]
-    with SubprocVectorEnv(_fns(lengths), autoreset_mode=mode, recycle_every=2) as envs:
+    with SubprocVectorEnv(_fns(lengths), autoreset_mode=mode, recycle_every=2, **options) as envs:
         assert envs.num_workers == 2  # one env per worker by default when recycling
         first_pids = envs.worker_pids
         per_env = play(envs, steps=30)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError
 
-from subvec import SubprocVectorEnv
+from subvec import SubprocVectorEnv, make_vec
 from subvec._threads import THREAD_VARIABLES
 from subvec.cli import main
 from tests.envs import CrashEnv, MatmulEnv, ZooEnv
@@ -127,3 +127,15 @@ def test_tune_tries_layouts_and_names_the_best(capsys: pytest.CaptureFixture[str
     assert len(rows) == 4  # 1 and 2 envs per worker, spin default and off
     assert "best: SubprocVectorEnv(..., envs_per_worker=" in out
     assert "env-steps/s" in out.splitlines()[-1]
+
+
+def test_make_vec_and_the_sb3_face_pass_worker_threads_on() -> None:
+    with make_vec(functools.partial(MatmulEnv, 8), 1, worker_threads=2) as envs:
+        assert envs.worker_threads == 2
+        assert envs.call("threads")[0]["environ"]["OMP_NUM_THREADS"] == "2"
+    sb3 = pytest.importorskip("subvec.sb3")
+    venv = sb3.SubprocVecEnv([functools.partial(MatmulEnv, 8)], worker_threads=3)
+    try:
+        assert venv.env_method("threads")[0]["environ"]["MKL_NUM_THREADS"] == "3"
+    finally:
+        venv.close()
