@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec import SubprocVectorEnv
-from tests.envs import EpisodeEnv
+from subvec import BrokenVectorEnvError, SubprocVectorEnv
+from tests.envs import BuildOnce, EpisodeEnv
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -250,3 +250,18 @@ def test_asynchronous_stepping_is_refused_with_recycling() -> None:
             envs.async_reset(seed=0)
         envs.reset(seed=0)  # still usable in lock-step
         envs.step(np.zeros(1, dtype=np.int64))
+
+
+def test_a_replacement_that_cannot_be_built_breaks_the_vector_env(tmp_path: Any) -> None:
+    factory = BuildOnce(str(tmp_path / "built"), "raise", functools.partial(EpisodeEnv, 2))
+    with SubprocVectorEnv([factory], recycle_every=1) as envs:
+        envs.reset(seed=0)
+        actions = np.zeros(1, dtype=np.int64)
+        envs.step(actions)
+        _, _, terms, _, _ = envs.step(actions)
+        assert terms[0]  # the episode ended whole; the worker is due
+        with pytest.raises(ValueError, match="cannot be built again"):
+            envs.step(actions)  # the reset step: the replacement's factory raises
+        with pytest.raises(BrokenVectorEnvError, match="recycling worker 0"):
+            envs.step(actions)
+        assert len(envs.recycles) == 0
