@@ -33,7 +33,7 @@ import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import PLAIN, Backend, Failure, Outcome, Unit
-from subvec._failures import RestartRecord
+from subvec._failures import RestartRecord, _first_line
 from subvec._infos import as_events
 from subvec._merge import Part
 from subvec._protocol import Command, ResetPayload, Status, raise_first
@@ -207,8 +207,8 @@ class RecyclingFront:
     @property
     def recycles(self) -> list[RestartRecord]:
         """Every worker replacement that recycling (``recycle_every``, ``worker_max_rss``) made,
-        oldest first; the reason says which and the pids (none counts against
-        ``max_restarts``)."""
+        oldest first; the reason says which and the pids, or ends with ``its replacement
+        failed: ...`` (none counts against ``max_restarts``)."""
         return [] if self._recycling is None else self._recycling.records
 
     def _start_recycling(self) -> None:
@@ -230,6 +230,10 @@ class RecyclingFront:
         try:
             new = backend.restart(unit, self._build_timeout(self.default_timeout))
         except BaseException as exc:
+            failed = f"{reason}; its replacement failed: {_first_line(exc)}"
+            policy.records.append(
+                RestartRecord(unit.index, tuple(range(unit.lo, unit.hi)), failed, time.monotonic())
+            )
             self._break([unit.index], f"recycling {unit.describe()} failed: {exc}")
             raise
         finally:

@@ -264,4 +264,8 @@ def test_a_replacement_that_cannot_be_built_breaks_the_vector_env(tmp_path: Any)
             envs.step(actions)  # the reset step: the replacement's factory raises
         with pytest.raises(BrokenVectorEnvError, match="recycling worker 0"):
             envs.step(actions)
-        assert len(envs.recycles) == 0
+        [record] = envs.recycles
+        assert record.reason.startswith(
+            "recycled after 1 episodes; its replacement failed: ValueError: this env cannot "
+            "be built again [raised in env 0"
+        )
