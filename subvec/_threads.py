@@ -11,7 +11,8 @@ no single one reaches every pool:
   forkserver preloads it, a spawn child imports it to unpickle our entry point), so its
   OpenBLAS read the variables long ago. threadpoolctl caps it when it is installed; otherwise
   the ``*openblas_set_num_threads*`` function of each loaded OpenBLAS is called through ctypes
-  (:func:`cap_loaded_blas`);
+  (:func:`cap_loaded_blas`; the libraries are found in ``/proc/self/maps``, so on Linux only).
+  Setting it starts OpenBLAS's pool if it was not running: one thread stays parked;
 - torch, when the envs imported it: ``torch.set_num_threads`` after the envs are built
   (:func:`cap_torch`), since torch may already have sized its pool.
 """
