@@ -50,6 +50,7 @@ from subvec._protocol import (
     Status,
     StepPayload,
 )
+from subvec._recycle import RecyclingFront
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
 from subvec._spaces import BY_VALUE, Stored, check_batch_layout
@@ -119,7 +120,7 @@ def _copy_nest(obs: Any) -> Any:
     return deepcopy(obs)
 
 
-class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
+class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) are in ``_async``."""
 
@@ -269,6 +270,7 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
         self._env_obs: list[Any] = [None] * n
         self._start_async(batch)
+        self._start_recycling()
 
     # --- failure policy ----------------------------------------------------------------------
 
@@ -339,6 +341,12 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
 
     def _begin_async(self, method: str) -> None:
         self._assert_is_running()
+        if self._recycling is not None:
+            raise ValueError(
+                f"{method}: asynchronous stepping is not available with recycle_every or "
+                "worker_max_rss (recycling keeps episode boundaries in lock-step); use "
+                "reset()/step(), or build the vector env without recycling"
+            )
         if self._state not in (_State.IDLE, _State.ASYNC):
             raise AlreadyPendingCallError(
                 f"Calling `{method}` while waiting for a pending call to "
@@ -584,6 +592,8 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         if mask is not None:
             for unit in rebuilt:
                 mask[unit.lo : unit.hi] = True  # fresh envs have no state to keep: reset them
+        if self._recycling is not None:
+            self._recycle_on_reset(seeds, mask)  # before the slot pick: the units change
         self._reset_request = (seeds, mask)
 
         def payload(unit: Unit) -> ResetPayload:
@@ -811,6 +821,8 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
                 self._fresh_obs_slot([self._unit(i) for i in self._answered])
             else:
                 self._pick_obs_slot()
+        if self._recycling is not None:
+            self._recycle_before_step()  # their resets write into the slot just picked
         self._send(Command.STEP, payload, per_unit=per_unit)
 
     def step_wait(
@@ -840,8 +852,12 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             self._rewards[self._restarted] = 0.0
             self._terminations[self._restarted] = False
             self._truncations[self._restarted] = True
+        if self._recycling is not None:
+            self._count_episodes()
         if self._final_in_block:
             parts = self._with_final_obs(parts)
+        if self._recycling is not None:
+            parts = self._recycle_same_step(parts)
         obs = self._observations_out(parts)
         infos = self._merge_infos(parts)
         if self.autoreset_mode is AutoresetMode.DISABLED:  # only that mode refuses ended envs

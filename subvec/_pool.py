@@ -148,6 +148,8 @@ class WorkerPool:
         daemon: start the workers as daemons.
         spin_s: seconds to busy-poll for replies before blocking (0: block at once).
         partner: the worker that shares the parent's CPU (see ``gather``), if any.
+        threads: cap each worker's BLAS, OpenMP and torch pools to this many threads
+            (``subvec._threads``; None: leave them).
         max_active: the most workers that may be stepping or resetting at once (None: all).
             A STEP or RESET then goes to that many workers first, and to the next one each
             time one answers (``gather``), so at most that many envs are in ``step`` or
@@ -169,8 +171,10 @@ class WorkerPool:
         spin_s: float = 0.0,
         partner: int | None = None,
         max_active: int | None = None,
+        threads: int | None = None,
     ) -> None:
         self.ctx = ctx
+        self.threads = threads
         self.factories = factories
         self.registry = registry
         self.bounds = list(bounds)
@@ -234,6 +238,7 @@ class WorkerPool:
                 self.placements[index] if self.placements else None,
                 inherited,
                 lifeline_for(method),
+                self.threads,
             ),
             daemon=self.daemon,
         )
@@ -757,6 +762,17 @@ class WorkerPool:
         self.send_to(new, Command.ATTACH, self._attach_payload)
         self._answers([new], timeout, "attaching the shared block")
         return new
+
+    def counters(self, timeout: float | None) -> dict[int, proto.WorkerCounters]:
+        """Every worker's counters (a STATS round trip; the pool must be idle).
+
+        Raises:
+            WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
+        """
+        for worker in self.workers:
+            self.send_to(worker, Command.STATS)
+        outcomes = self._answers(self.workers, timeout, "reporting stats")
+        return {index: value for index, (_, value) in outcomes.items()}
 
     def dead(self) -> list[Worker]:
         """The workers whose process has exited (reaped here), in worker order."""

@@ -47,6 +47,7 @@ __all__ = [
     "Status",
     "StepEnvsPayload",
     "StepPayload",
+    "WorkerCounters",
     "WorkerHello",
     "decode_step_envs",
     "dumps",
@@ -73,6 +74,7 @@ class Command(IntEnum):
     SET_ATTR = 5  # payload: SetAttrPayload
     CLOSE = 6  # payload: empty; the worker closes its envs, replies, exits
     STEP_ENVS = 7  # payload: encode_step_envs(StepEnvsPayload); some envs (asynchronous)
+    STATS = 8  # payload: empty; the reply is a pickled WorkerCounters
 
 
 class Status(IntEnum):
@@ -148,6 +150,19 @@ class WorkerHello:
     action_spaces: list[Any]
     metadata: dict[str, Any]
     render_mode: str | None
+
+
+@dataclass(frozen=True)
+class WorkerCounters:
+    """STATS: what a worker has done since it started (see ``SubprocVectorEnv.stats``).
+
+    ``busy_s`` is the time from reading a command to having replied to it (the envs' work,
+    and the little around it); ``waiting_s`` the time between a reply and the next command.
+    """
+
+    env_steps: int  # env.step calls of STEP and STEP_ENVS commands (autoresets included)
+    busy_s: float
+    waiting_s: float
 
 
 @dataclass
