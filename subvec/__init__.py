@@ -14,10 +14,13 @@ General layout (lower layers never import higher ones):
     _topology         NUMA discovery and placement
     _bootstrap        how a worker starts: no re-run of the script, the parent's env registry,
                       the kernel-level tie to the parent's life
-    _worker           the worker process: pin, build envs, serve commands
+    _threads          thread caps inside a worker (environment, loaded BLAS, torch)
+    _worker           the worker process: cap threads, pin, build envs, serve commands
     _backend          the face every backend shows the front (units, send, collect, restart)
     _pool, _local     backends: worker processes; the parent's own envs (parent_envs)
     _failures         the failure policy: raise, or restart and report
+    _stats            per-worker statistics (stats()) and a process's resident memory
+    _recycle          recycling: workers replaced between episodes, and the front's hooks
     _front            the gymnasium VectorEnv contract over backends
     vector            SubprocVectorEnv: the process backend's public class
     proxy             remote(envs): attribute-style forwarding to any vector env's call()

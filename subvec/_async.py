@@ -32,7 +32,7 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec import _protocol as proto
 from subvec._backend import Backend, Failure, Outcome, Unit
-from subvec._block import ObsSlots
+from subvec._block import BatchViews, ObsSlots
 from subvec._failures import FailurePolicy
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, make_merger
@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncStepping", "EnvResult"]
 
+#: a queued env's action that is in its row of the block (``send`` stored the batch there)
+_IN_BLOCK: Any = object()
+
 
 @dataclass
 class EnvResult:
@@ -58,6 +61,29 @@ class EnvResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     error: BaseException | None = None
     restarted: bool = False
+
+
+class _InBlock:
+    """A held result that is all in its env's rows of the batch arrays (a plain OK: no infos,
+    no error). Nothing overwrites those rows until ``recv`` returns it, since an env is sent
+    nothing new before then, so ``recv`` gathers such results with one fancy index per array
+    instead of copying each env's row out when its unit answers."""
+
+    __slots__ = ("reset",)
+
+    def __init__(self, reset: bool) -> None:
+        self.reset = reset
+
+
+_STEP_IN_BLOCK, _RESET_IN_BLOCK = _InBlock(False), _InBlock(True)
+
+
+def _take_rows(batch: Any, ids: np.ndarray) -> Any:
+    if isinstance(batch, dict):
+        return {k: _take_rows(v, ids) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_take_rows(v, ids) for v in batch)
+    return batch[ids]  # a fancy index: a copy
 
 
 class _Rows:
@@ -93,6 +119,7 @@ class AsyncStepping:
     _state: Any
     _units: list[Unit]
     _backends: list[Backend]
+    _collect_order: list[Backend]
     _policy: FailurePolicy
     _observations: Any
     _obs_shared: bool
@@ -118,12 +145,16 @@ class AsyncStepping:
         def _break(self, units: Iterable[int], reason: str) -> None: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
         def _all_units(self) -> list[Unit]: ...
+        def _unit(self, index: int) -> Unit: ...
 
-    def _start_async(self) -> None:
+    def _start_async(self, batch: BatchViews) -> None:
         n = self.num_envs
+        self._store_action_rows = batch.store_action_rows
+        self._read_action = batch.read_action
         self._flight: dict[int, tuple[str, list[int]]] = {}  # unit index -> (kind, envs)
         self._queued: dict[int, dict[int, Any]] = {}  # unit index -> {env: action}
-        self._ready: dict[int, EnvResult] = {}  # insertion order: the order envs got ready
+        # insertion order: the order envs got ready
+        self._ready: dict[int, EnvResult | _InBlock] = {}
         self._after_restart: dict[int, EnvResult] = {}  # idle envs whose unit was rebuilt
         self._last_ids: np.ndarray | None = None
         self._action_spaces: dict[int, Space[Any]] = {}
@@ -186,7 +217,9 @@ class AsyncStepping:
             unit_options = (
                 env_options[unit.lo : unit.hi] if isinstance(env_options, list) else env_options
             )
-            payload = ResetPayload(seeds[unit.lo : unit.hi], unit_options, sub_mask)
+            payload = ResetPayload(
+                seeds[unit.lo : unit.hi], unit_options, sub_mask, self._stored_options(unit)
+            )
             self._backend_of_unit[unit.index].send(Command.RESET, payload, units=[unit])
             self._flight[unit.index] = ("reset", envs)
             self._needs_reset[envs] = False
@@ -207,12 +240,20 @@ class AsyncStepping:
         self._begin_async("send")
         ids = self._checked_ids(env_ids)
         k = len(ids)
-        space = self._action_spaces.get(k)
-        if space is None:
-            space = self._action_spaces[k] = batch_space(self.single_action_space, k)
-        per_env = list(iterate(space, actions))
-        if len(per_env) != k:
-            raise ValueError(f"expected {k} actions, one per env in env_ids, got {len(per_env)}")
+        store_rows = self._store_action_rows
+        per_env: list[Any]
+        if store_rows is not None and store_rows(ids, actions):
+            # In the envs' rows of the block (the usual batch): nothing to pickle per env.
+            per_env = [_IN_BLOCK] * k
+        else:
+            space = self._action_spaces.get(k)
+            if space is None:
+                space = self._action_spaces[k] = batch_space(self.single_action_space, k)
+            per_env = list(iterate(space, actions))
+            if len(per_env) != k:
+                raise ValueError(
+                    f"expected {k} actions, one per env in env_ids, got {len(per_env)}"
+                )
         self._enter_async()
         for env, action in zip(ids.tolist(), per_env):
             rebuilt = self._after_restart.pop(env, None)
@@ -291,7 +332,9 @@ class AsyncStepping:
             remaining = None if deadline is None else deadline - time.monotonic()
             expired = remaining is not None and remaining <= 0
             # Past the deadline, still take what is already there.
-            self._collect_ready(0.0 if expired else remaining, wait=not expired)
+            self._collect_ready(
+                0.0 if expired else remaining, wait=not expired, want=need - len(self._ready)
+            )
             if expired and len(self._ready) < need:
                 raise RecvTimeoutError(
                     f"recv: {len(self._ready)} of {need} envs ready after {timeout:g} s; "
@@ -315,7 +358,8 @@ class AsyncStepping:
         """
         self._assert_is_running()
         while self._flight or any(self._queued.values()):
-            self._collect_ready(self.default_timeout, wait=True, hang=True)
+            want = sum(len(envs) for _, envs in self._flight.values())
+            self._collect_ready(self.default_timeout, wait=True, want=want, hang=True)
         return self._take(list(self._ready))
 
     def _bounds(self, min_envs: int | None, max_envs: int | None) -> tuple[int, int]:
@@ -351,41 +395,68 @@ class AsyncStepping:
             self._state = _State.IDLE
 
     def _dispatch(self) -> None:
-        """Give every free unit that has actions queued one command for all of them."""
+        """Give every free unit that has actions queued one command for all of them (one
+        ``send`` per backend)."""
+        payloads: dict[int, StepEnvsPayload] = {}
         for index, queued in self._queued.items():
             if not queued or index in self._flight:
                 continue
-            unit = next(u for u in self._units if u.index == index)
+            unit = self._unit(index)
             envs = sorted(queued)
-            payload = StepEnvsPayload([e - unit.lo for e in envs], [queued[e] for e in envs])
-            self._backend_of_unit[index].send(Command.STEP_ENVS, payload, units=[unit])
+            actions: list[Any] | None = [queued[e] for e in envs]
+            assert actions is not None
+            if all(a is _IN_BLOCK for a in actions):
+                actions = None  # the worker reads them from the block
+            elif any(a is _IN_BLOCK for a in actions):  # sends of both kinds: all by value
+                read = self._read_action
+                assert read is not None
+                actions = [read(e) if a is _IN_BLOCK else a for e, a in zip(envs, actions)]
+            payloads[index] = StepEnvsPayload([e - unit.lo for e in envs], actions)
             self._flight[index] = ("step", envs)
             queued.clear()
+        if not payloads:
+            return
+        for backend in self._backends:
+            units = [u for u in backend.units if u.index in payloads]
+            if units:
+                backend.send(Command.STEP_ENVS, per_unit=lambda u: payloads[u.index], units=units)
 
-    def _collect_ready(self, timeout: float | None, *, wait: bool, hang: bool = False) -> None:
-        """Collect the units that have answered: wait (up to ``timeout``) for at least one
-        when ``wait``, else take only what is there. With ``hang``, a unit silent past the
-        timeout is a failure (as in lock-step), not a unit still in flight."""
-        busy = [u for u in self._units if u.index in self._flight]
+    def _collect_ready(
+        self, timeout: float | None, *, wait: bool, want: int = 1, hang: bool = False
+    ) -> None:
+        """Collect the units that have answered: wait (up to ``timeout``) until units with
+        at least ``want`` envs in flight answered when ``wait``, else take only what is
+        there. With ``hang``, a unit silent past the timeout is a failure (as in lock-step),
+        not a unit still in flight."""
+        flight = self._flight
         failures: list[Failure] = []
         outcomes: dict[int, Outcome] = {}
-        for backend in sorted(self._backends, key=lambda b: not b.inline):
-            mine = [u for u in busy if self._backend_of_unit[u.index] is backend]
+        for backend in self._collect_order:
+            mine = [u for u in backend.units if u.index in flight]
             if not mine:
                 continue
-            enough = 1 if wait and not outcomes else 0
+            enough = 0
+            if wait and want > 0:
+                # The fewest of these units whose answers can bring ``want`` envs: waking
+                # once for them, not once per answer, saves the parent's CPU.
+                sizes = sorted((len(flight[u.index][1]) for u in mine), reverse=True)
+                total = 0
+                while enough < len(sizes) and total < want:
+                    total += sizes[enough]
+                    enough += 1
             got = backend.collect_ready(mine, enough, timeout, "waiting for recv")
             outcomes.update(got.outcomes)
             failures += got.failures
+            want -= sum(len(flight[i][1]) for i in got.outcomes)
+            want -= sum(len(flight[f.unit.index][1]) for f in got.failures)
             if hang and wait and not got.outcomes and not got.failures and timeout is not None:
                 failures += [
                     Failure(u, "hung", f"no reply from {u.describe()} after {timeout:g} s")
                     for u in mine
                 ]
-        for unit in self._units:
-            if unit.index in outcomes:
-                kind, envs = self._flight.pop(unit.index)
-                self._hold(unit, kind, envs, outcomes[unit.index])
+        for index in sorted(outcomes):
+            kind, envs = flight.pop(index)
+            self._hold(self._unit(index), kind, envs, outcomes[index])
         if failures:
             self._async_failures(failures, timeout)
         self._dispatch()
@@ -393,6 +464,9 @@ class AsyncStepping:
     def _hold(self, unit: Unit, kind: str, envs: list[int], outcome: Outcome) -> None:
         """Copy each env's result out of the batch arrays and hold it for ``recv``."""
         status, value = outcome
+        if status is Status.OK and self._obs_shared:  # the usual answer: all in the rows
+            self._hold_in_block(kind == "reset", envs)
+            return
         if status is Status.ERROR:  # the whole command failed: every env of it reports it
             for env in envs:
                 self._ready[env] = EnvResult(None, 0.0, False, False, error=value)
@@ -415,6 +489,33 @@ class AsyncStepping:
                 self._ready[env] = EnvResult(None, 0.0, False, False, error=error)
                 continue
             self._ready[env] = self._result(env, kind == "reset", events.get(env, []), obs_by_env)
+
+    def _hold_in_block(self, reset: bool, envs: list[int]) -> None:
+        ready = self._ready
+        if reset:
+            for env in envs:
+                ready[env] = _RESET_IN_BLOCK
+            return
+        disabled = self.autoreset_mode is AutoresetMode.DISABLED
+        final_in_block = self._final_in_block
+        for env in envs:
+            if disabled or final_in_block:
+                ended = bool(self._terminations[env] or self._truncations[env])
+                if ended and final_in_block:  # its implicit final-obs event is built now
+                    ready[env] = self._result(env, False, [], {})
+                    continue
+                if disabled:
+                    self._needs_reset[env] = ended
+            ready[env] = _STEP_IN_BLOCK
+
+    def _materialise(self, envs: Iterable[int]) -> None:
+        """Copy the held in-block results of ``envs`` out of the rows (before a restart
+        rewrites them)."""
+        ready = self._ready
+        for env in envs:
+            held = ready.get(env)
+            if isinstance(held, _InBlock):
+                ready[env] = self._result(env, held.reset, [], {})
 
     def _result(
         self, env: int, reset: bool, events: list[dict[str, Any]], by_value: dict[int, Any]
@@ -451,6 +552,7 @@ class AsyncStepping:
             self._fail(failures, timeout)
         for failure in failures:
             index = failure.unit.index
+            self._materialise(range(failure.unit.lo, failure.unit.hi))
             backend = self._backend_of_unit[index]
             done = policy.restart(
                 backend,
@@ -492,29 +594,48 @@ class AsyncStepping:
 
     def _take(self, ids: Sequence[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """Return the held results of ``ids`` as one batch (or raise the first's error)."""
+        ready = self._ready
         for env in ids:
-            error = self._ready[env].error
-            if error is not None:
-                del self._ready[env]
+            held = ready[env]
+            if isinstance(held, EnvResult) and held.error is not None:
+                del ready[env]
                 self._leave_async_if_done()
-                raise error
-        results = [self._ready.pop(env) for env in ids]
-        self._leave_async_if_done()
-        k = len(results)
-        space = self.single_observation_space
-        out = create_empty_array(space, n=k, fn=np.zeros)
-        obs = concatenate(space, [r.obs for r in results], out) if k else out  # type: ignore[arg-type]
-        rewards = np.array([r.reward for r in results], dtype=np.float64)
-        terminations = np.array([r.terminated for r in results], dtype=np.bool_)
-        truncations = np.array([r.truncated for r in results], dtype=np.bool_)
+                raise held.error
+        k = len(ids)
+        env_ids = np.array(ids, dtype=np.int64)
         merger = self._mergers.get(k)
         if merger is None:
             add_info = _Rows(k)._add_info  # type: ignore[misc]
             merger = self._mergers[k] = make_merger(self.info_format, k, add_info)
-        parts = [(row, ([(0, e) for e in r.events], None)) for row, r in enumerate(results)]
-        restarted = [row for row, r in enumerate(results) if r.restarted]
-        infos = merger.merge([p for p in parts if p[1][0]], restarted)
-        env_ids = np.array(ids, dtype=np.int64)
+        if k and all(isinstance(ready[env], _InBlock) for env in ids):
+            resets = [row for row, env in enumerate(ids) if ready[env] is _RESET_IN_BLOCK]
+            for env in ids:
+                del ready[env]
+            obs = _take_rows(self._observations, env_ids)
+            rewards = self._rewards[env_ids]
+            terminations = self._terminations[env_ids]
+            truncations = self._truncations[env_ids]
+            if resets:
+                rewards[resets] = 0.0
+                terminations[resets] = truncations[resets] = False
+            infos = merger.merge([], [])
+        else:
+            results = []
+            for env in ids:
+                held = ready.pop(env)
+                if isinstance(held, _InBlock):
+                    held = self._result(env, held.reset, [], {})
+                results.append(held)
+            space = self.single_observation_space
+            out = create_empty_array(space, n=k, fn=np.zeros)
+            obs = concatenate(space, [r.obs for r in results], out) if k else out  # type: ignore[arg-type]
+            rewards = np.array([r.reward for r in results], dtype=np.float64)
+            terminations = np.array([r.terminated for r in results], dtype=np.bool_)
+            truncations = np.array([r.truncated for r in results], dtype=np.bool_)
+            parts = [(row, ([(0, e) for e in r.events], None)) for row, r in enumerate(results)]
+            restarted = [row for row, r in enumerate(results) if r.restarted]
+            infos = merger.merge([p for p in parts if p[1][0]], restarted)
+        self._leave_async_if_done()
         if self.info_format == "list":
             for row, info in enumerate(infos):
                 info["env_id"] = int(env_ids[row])

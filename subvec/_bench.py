@@ -2,6 +2,7 @@
 
     subvec bench                                # CartPole-v1, 16 envs, 2 s per run, 3 repeats
     subvec bench --env-id Acrobot-v1 --num-envs 8 --duration 1
+    subvec tune CartPole-v1 -n 16                # a few layouts of subvec; the best one
 
 Each configuration runs in a fresh interpreter (``python -m subvec._bench --child JSON``) so
 that none inherits another's processes or caches; the configurations are interleaved, the whole
@@ -9,6 +10,9 @@ set is repeated and medians are printed. The limit is ``W = min(num_envs, usable
 processes each stepping its share of the envs in a tight loop with no IPC: what a perfect
 vector env could reach here. The full suite with more workloads and peers is
 ``benchmarks/bench_vector.py``; ``docs/benchmarks.md`` explains both.
+
+``subvec tune`` runs subvec alone, in a few layouts (envs per worker, spinning on or off),
+each in a fresh interpreter as above, and prints them with the fastest first.
 
 Only the standard library is imported at module level: the CLI imports this module to register
 the sub-command, and numpy/gymnasium load only in the child interpreters.
@@ -29,7 +33,7 @@ from typing import Any, TextIO
 
 from subvec._topology import usable_cpus
 
-__all__ = ["IMPLEMENTATIONS", "add_cli_parser", "run_bench"]
+__all__ = ["IMPLEMENTATIONS", "add_cli_parser", "run_bench", "run_tune", "tune_layouts"]
 
 #: name -> label of the implementations the command compares
 IMPLEMENTATIONS = {
@@ -165,7 +169,7 @@ def _run_vector(cfg: dict[str, Any]) -> dict[str, float]:
     if cfg["impl"] == "subvec":
         from subvec import SubprocVectorEnv
 
-        envs = SubprocVectorEnv(fns)
+        envs = SubprocVectorEnv(fns, **cfg.get("options", {}))
         workers = envs.num_workers
     elif cfg["impl"] == "async":
         envs = gym.vector.AsyncVectorEnv(fns)
@@ -313,6 +317,114 @@ def run_bench(
     return rows
 
 
+def tune_layouts(num_envs: int, cpus: int) -> list[dict[str, Any]]:
+    """The layouts ``subvec tune`` tries: one env per worker, the default's share (one worker
+    per CPU), all envs in one worker, and the powers of two between that leave at most two
+    workers per CPU; each with the default spin and with spinning off."""
+    shares = {1, -(-num_envs // max(1, cpus)), num_envs}
+    k = 2
+    while k < num_envs:
+        if -(-num_envs // k) <= 2 * cpus:  # more workers than that only adds switching
+            shares.add(k)
+        k *= 2
+    layouts = []
+    for share in sorted(shares):
+        for spin in (None, 0):
+            layouts.append({"envs_per_worker": share, "spin_us": spin})
+    return layouts
+
+
+def run_tune(
+    env_id: str,
+    num_envs: int,
+    duration: float = 1.0,
+    warmup: float = 0.3,
+    repeats: int = 1,
+    seed: int = 0,
+    layouts: Sequence[dict[str, Any]] | None = None,
+    progress: TextIO | None = None,
+) -> list[dict[str, Any]]:
+    """Time subvec on ``env_id`` x ``num_envs`` in each layout (``tune_layouts`` by default),
+    each run in a fresh interpreter, interleaved over ``repeats``; rows with the medians,
+    fastest first (failed layouts last, with their error)."""
+    if repeats < 1 or duration <= 0 or num_envs < 1:
+        raise ValueError("repeats and num_envs must be >= 1 and duration > 0")
+    layouts = list(layouts or tune_layouts(num_envs, usable_cpus()))
+    runs: dict[int, list[dict[str, float]]] = {}
+    errors: dict[int, str] = {}
+    bar = _Progress(repeats * len(layouts), progress or sys.stderr)
+    timeout = 120.0 + 4 * (duration + warmup)
+    for rep in range(repeats):
+        for j, options in enumerate(layouts):
+            text = _layout_text(options)
+            bar.show(f"{text} ...")
+            cfg = {
+                "env_id": env_id,
+                "num_envs": num_envs,
+                "impl": "subvec",
+                "duration": duration,
+                "warmup": warmup,
+                "seed": seed + rep,
+                "options": options,
+            }
+            result = _run_child(cfg, timeout)
+            bar.done += 1
+            if isinstance(result, str):
+                errors[j] = result
+                bar.show(f"{text}: failed ({result})")
+            else:
+                runs.setdefault(j, []).append(result)
+                bar.show(f"{text}: {result['steps_per_s']:,.0f} steps/s")
+    bar.close()
+    rows: list[dict[str, Any]] = []
+    for j, options in enumerate(layouts):
+        row: dict[str, Any] = {"env_id": env_id, "num_envs": num_envs, "options": options}
+        results = runs.get(j, [])
+        if results:
+            row.update({k: statistics.median(r[k] for r in results) for k in results[0]})
+        else:
+            row["error"] = errors.get(j, "no result")
+        rows.append(row)
+    rows.sort(key=lambda r: -r.get("steps_per_s", -1.0))
+    return rows
+
+
+def _layout_text(options: dict[str, Any]) -> str:
+    spin = options.get("spin_us")
+    return (
+        f"envs_per_worker={options.get('envs_per_worker')}, "
+        f"spin_us={'default' if spin is None else spin}"
+    )
+
+
+def format_tune(rows: Sequence[dict[str, Any]]) -> str:
+    """A markdown table of ``run_tune`` rows and a line naming the best."""
+    lines = [
+        "| envs per worker | workers | spin_us | env-steps/s | p50 ms | p99 ms | startup s |",
+        "|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        spin = r["options"].get("spin_us")
+        spin_text = "default" if spin is None else f"{spin:g}"
+        epw = r["options"].get("envs_per_worker")
+        if "error" in r:
+            lines.append(f"| {epw} | - | {spin_text} | failed: {r['error']} | | | |")
+            continue
+        lines.append(
+            f"| {epw} | {r['workers']:.0f} | {spin_text} | {r['steps_per_s']:,.0f} "
+            f"| {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['startup_s']:.2f} |"
+        )
+    best = next((r for r in rows if "error" not in r), None)
+    if best is None:
+        lines.append("\nno layout ran")
+    else:
+        options = ", ".join(f"{k}={v!r}" for k, v in best["options"].items())
+        lines.append(
+            f"\nbest: SubprocVectorEnv(..., {options}): {best['steps_per_s']:,.0f} env-steps/s"
+        )
+    return "\n".join(lines)
+
+
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A markdown table of ``run_bench`` rows."""
 
@@ -398,6 +510,49 @@ def add_cli_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         "--json", default=None, metavar="PATH", help="also write the rows as JSON lines to PATH"
     )
     parser.set_defaults(func=_cli_bench)
+
+    tune = subparsers.add_parser(
+        "tune",
+        help="try a few layouts of subvec on an env and print the fastest",
+        description="Step ENV_ID x N with subvec in a few layouts (envs per worker, spinning "
+        "on or off), each briefly in a fresh interpreter; print a table, fastest first, and "
+        "the best layout with its measured rate.",
+    )
+    tune.add_argument("env_id", metavar="ENV_ID", help="gymnasium id, e.g. CartPole-v1")
+    tune.add_argument("-n", "--num-envs", type=int, default=16, help="envs (default: 16)")
+    tune.add_argument(
+        "--duration",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="timed seconds per layout (default: %(default)s)",
+    )
+    tune.add_argument(
+        "--warmup",
+        type=float,
+        default=0.3,
+        metavar="SECONDS",
+        help="untimed seconds before each (default: %(default)s)",
+    )
+    tune.add_argument(
+        "--repeats", type=int, default=1, help="runs of each layout (default: %(default)s)"
+    )
+    tune.set_defaults(func=_cli_tune)
+
+
+def _cli_tune(args: argparse.Namespace) -> int:
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(
+        f"{args.env_id} x {args.num_envs}: {os.cpu_count()} CPUs ({usable_cpus()} usable), "
+        f"load average {load}; {args.repeats} x {args.duration:g} s per layout"
+    )
+    try:
+        rows = run_tune(args.env_id, args.num_envs, args.duration, args.warmup, args.repeats)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_tune(rows))
+    return 0 if any("error" not in r for r in rows) else 1
 
 
 def _cli_bench(args: argparse.Namespace) -> int:

@@ -273,6 +273,28 @@ class ActionRegions:
         return read
 
 
+def _row_setter(regions: ActionRegions) -> Callable[[np.ndarray, Any], bool] | None:
+    """``store_rows(env_ids, actions)`` for a one-leaf action space (see ``BatchViews``)."""
+    leaves = regions.leaves
+    if len(leaves) != 1 or leaves[0].path:
+        return None
+    target = regions.view(0, leaves[0].dtype)
+    assert target is not None
+    shape, dtype = tuple(leaves[0].shape), leaves[0].dtype
+
+    def store_rows(env_ids: np.ndarray, actions: Any) -> bool:
+        if (
+            type(actions) is not np.ndarray
+            or actions.dtype != dtype
+            or actions.shape != (len(env_ids), *shape)
+        ):
+            return False
+        target[env_ids] = actions
+        return True
+
+    return store_rows
+
+
 def bind_rows(views: dict[str, np.ndarray], spec: AttachSpec, lo: int, hi: int) -> SlabArrays:
     """The rows ``lo..hi`` of the block, as the arrays an ``EnvSlab`` steps into.
 
@@ -356,6 +378,13 @@ class BatchViews:
     #: ``store(actions)``: validate a batch of actions and write it, saying how (see
     #: ``_spaces.batch_setter``); None when the action space travels by value
     store_actions: Callable[[Any], _spaces.Stored] | None
+    #: ``store_rows(env_ids, actions) -> bool``: asynchronous stepping's store of a few envs'
+    #: actions in their rows, for the common case only (one leaf, an ndarray of exactly
+    #: ``(len(env_ids), *shape)`` in the space's dtype); False: nothing written, they travel
+    #: by value. None when the action space travels by value
+    store_action_rows: Callable[[np.ndarray, Any], bool] | None
+    #: ``read_action(env)``: env ``env``'s action in the block, as its worker reads it
+    read_action: Callable[[int], Any] | None
     #: the observation batch (a nest for Dict/Tuple), or None when observations travel by value
     observations: Any
     final_obs_rows: np.ndarray | None
@@ -365,10 +394,12 @@ class BatchViews:
     @classmethod
     def bind(cls, views: dict[str, np.ndarray], plan: BlockPlan, spec: AttachSpec) -> BatchViews:
         n = spec.num_envs
-        store = observations = None
+        store = store_rows = read_action = observations = None
         if spec.action_space is not None:
             regions = ActionRegions(views, spec.action_space, n)
             store = _spaces.batch_setter(spec.action_space, regions.view, n)
+            store_rows = _row_setter(regions)
+            read_action = regions.reader(None, 0, n)
         if spec.observation_space is not None:
             observations = _leaf_views(views, _obs, spec.observation_space, 0, n)
         return cls(
@@ -376,6 +407,8 @@ class BatchViews:
             terminations=views[TERMINATIONS],
             truncations=views[TRUNCATIONS],
             store_actions=store,
+            store_action_rows=store_rows,
+            read_action=read_action,
             observations=observations,
             final_obs_rows=views[FINAL_OBS] if plan.final_obs else None,
             info_block=InfoBlockReader(views, n) if plan.info_block else None,

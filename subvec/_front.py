@@ -52,6 +52,7 @@ from subvec._protocol import (
     Status,
     StepPayload,
 )
+from subvec._recycle import RecyclingFront
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
 from subvec._spaces import BY_VALUE, Stored, check_batch_layout
@@ -133,7 +134,7 @@ def _copy_nest(obs: Any) -> Any:
     return deepcopy(obs)
 
 
-class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
+class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) are in ``_async``."""
 
@@ -289,7 +290,8 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         #: the pending call's env ids (None: every env) and the units it went to
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
-        self._start_async()
+        self._start_async(batch)
+        self._start_recycling()
 
     # --- failure policy ----------------------------------------------------------------------
 
@@ -324,7 +326,10 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         return sorted((u for b in self._backends for u in b.units), key=lambda u: u.lo)
 
     def _unit(self, index: int) -> Unit:
-        return next(u for u in self._units if u.index == index)
+        units = self._units
+        if index < len(units) and units[index].index == index:  # sorted by lo: the usual case
+            return units[index]
+        return next(u for u in units if u.index == index)
 
     # --- state checks ------------------------------------------------------------------------
 
@@ -357,6 +362,12 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
 
     def _begin_async(self, method: str) -> None:
         self._assert_is_running()
+        if self._recycling is not None:
+            raise ValueError(
+                f"{method}: asynchronous stepping is not available with recycle_every or "
+                "worker_max_rss (recycling keeps episode boundaries in lock-step); use "
+                "reset()/step(), or build the vector env without recycling"
+            )
         if self._state not in (_State.IDLE, _State.ASYNC):
             raise AlreadyPendingCallError(
                 f"Calling `{method}` while waiting for a pending call to "
@@ -643,13 +654,15 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
         if mask is not None:
             for unit in rebuilt:
                 mask[unit.lo : unit.hi] = True  # fresh envs have no state to keep: reset them
+        if self._recycling is not None:
+            self._recycle_on_reset(seeds, mask)  # before the slot pick: the units change
         self._reset_request = (seeds, mask)
         self._reset_named = env_options
-        fresh = {unit.index for unit in rebuilt}
 
         def payload(unit: Unit) -> ResetPayload:
             sub_mask = None if mask is None else [bool(m) for m in mask[unit.lo : unit.hi]]
-            stored = self._stored_options(unit) if unit.index in fresh else None
+            # The stored options go along: a unit rebuilt or recycled just now has none yet.
+            stored = self._stored_options(unit)
             return ResetPayload(
                 seeds[unit.lo : unit.hi], _unit_options(env_options, unit), sub_mask, stored
             )
@@ -984,6 +997,8 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
                 self._fresh_obs_slot([self._unit(i) for i in self._answered])
             else:
                 self._pick_obs_slot()
+        if self._recycling is not None:
+            self._recycle_before_step()  # their resets write into the slot just picked
         self._send(Command.STEP, payload, per_unit=per_unit)
 
     def step_wait(
@@ -1013,8 +1028,12 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             self._rewards[self._restarted] = 0.0
             self._terminations[self._restarted] = False
             self._truncations[self._restarted] = True
+        if self._recycling is not None:
+            self._count_episodes()
         if self._final_in_block:
             parts = self._with_final_obs(parts)
+        if self._recycling is not None:
+            parts = self._recycle_same_step(parts)
         obs = self._observations_out(parts)
         infos = self._merge_infos(parts)
         if self.autoreset_mode is AutoresetMode.DISABLED:  # only that mode refuses ended envs
@@ -1444,6 +1463,8 @@ class VectorFront(AsyncStepping, VectorEnv[Any, Any, np.ndarray]):
             "_terminations",
             "_truncations",
             "_store_actions",
+            "_store_action_rows",
+            "_read_action",
             "_final_obs_rows",
             "_info_block",
             "_obs_slots",

@@ -148,6 +148,8 @@ class WorkerPool:
         daemon: start the workers as daemons.
         spin_s: seconds to busy-poll for replies before blocking (0: block at once).
         partner: the worker that shares the parent's CPU (see ``gather``), if any.
+        threads: cap each worker's BLAS, OpenMP and torch pools to this many threads
+            (``subvec._threads``; None: leave them).
         max_active: the most workers that may be stepping or resetting at once (None: all).
             A STEP or RESET then goes to that many workers first, and to the next one each
             time one answers (``gather``), so at most that many envs are in ``step`` or
@@ -169,8 +171,10 @@ class WorkerPool:
         spin_s: float = 0.0,
         partner: int | None = None,
         max_active: int | None = None,
+        threads: int | None = None,
     ) -> None:
         self.ctx = ctx
+        self.threads = threads
         self.factories = factories
         self.registry = registry
         self.bounds = list(bounds)
@@ -234,6 +238,7 @@ class WorkerPool:
                 self.placements[index] if self.placements else None,
                 inherited,
                 lifeline_for(method),
+                self.threads,
             ),
             daemon=self.daemon,
         )
@@ -303,7 +308,11 @@ class WorkerPool:
         ``payload`` or ``per_unit(worker)``, pickled (cloudpickle for calls: their arguments
         may be lambdas)."""
         targets = self._send_order() if units is None else units
-        dump = cloudpickle.dumps if command in _CLOUDPICKLED else proto.dumps
+        dump: Callable[[Any], bytes] = proto.dumps
+        if command in _CLOUDPICKLED:
+            dump = cloudpickle.dumps
+        elif command is Command.STEP_ENVS:
+            dump = proto.encode_step_envs
         data = b"" if payload is None else dump(payload)
         self._queued.clear()  # a command gathered no further (interrupted) has no more turns
         first = len(targets)
@@ -358,11 +367,12 @@ class WorkerPool:
         silent is left in flight (its reply stays awaited): nothing is reported hung."""
         deadline = None if timeout is None else time.monotonic() + timeout
         pending = {w.index: w for w in units}
-        poller, by_fd = select.poll(), {}
-        for w in units:
-            for fd, is_reply in ((w.reply_fd, True), (w.process.sentinel, False)):
-                by_fd[fd] = (w, is_reply)
-                poller.register(fd, select.POLLIN)
+        # The kept poll object over every worker: building one per wait would cost more than
+        # the rest of the wait. The idle workers' fds are silent but for a stale reply (read
+        # and dropped) or a death (dropped from the kept object until it is rebuilt: that
+        # worker's death is reported when it is next given a command).
+        poller, by_fd = self._full_poller()
+        answered: set[int] = set()
         replies: dict[int, Reply] = {}
         failures: list[Failure] = []
         waiting = True
@@ -380,15 +390,24 @@ class WorkerPool:
                 break
             for fd, _ in events:
                 worker, is_reply = by_fd[fd]
-                if worker.index not in pending:
+                if worker.index in answered:
                     continue  # its other fd in the same poll, after its answer
+                if worker.index not in pending:  # idle
+                    if is_reply and self._read(worker) is _STALE:
+                        continue
+                    poller.unregister(fd)  # dead: it would fire on every poll
+                    self._poller = self._quick = None
+                    continue
                 reply = self._read(worker) if is_reply else self._drain(worker)
                 if reply is _STALE:
                     continue
                 del pending[worker.index]
-                for done in (worker.reply_fd, worker.process.sentinel):
-                    poller.unregister(done)
+                answered.add(worker.index)
                 if reply is _DEAD:
+                    # Its sentinel stays readable: out of the kept object, rebuilt next time.
+                    for done in (worker.reply_fd, worker.process.sentinel):
+                        poller.unregister(done)
+                    self._poller = self._quick = None
                     failures.append(self._death(worker, what))
                 else:
                     assert isinstance(reply, tuple)
@@ -743,6 +762,17 @@ class WorkerPool:
         self.send_to(new, Command.ATTACH, self._attach_payload)
         self._answers([new], timeout, "attaching the shared block")
         return new
+
+    def counters(self, timeout: float | None) -> dict[int, proto.WorkerCounters]:
+        """Every worker's counters (a STATS round trip; the pool must be idle).
+
+        Raises:
+            WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
+        """
+        for worker in self.workers:
+            self.send_to(worker, Command.STATS)
+        outcomes = self._answers(self.workers, timeout, "reporting stats")
+        return {index: value for index, (_, value) in outcomes.items()}
 
     def dead(self) -> list[Worker]:
         """The workers whose process has exited (reaped here), in worker order."""

@@ -48,8 +48,11 @@ __all__ = [
     "Status",
     "StepEnvsPayload",
     "StepPayload",
+    "WorkerCounters",
     "WorkerHello",
+    "decode_step_envs",
     "dumps",
+    "encode_step_envs",
     "finish_frame",
     "loads",
     "raise_first",
@@ -71,8 +74,9 @@ class Command(IntEnum):
     CALL = 4  # payload: CallPayload; get_attr is CALL of a non-callable
     SET_ATTR = 5  # payload: SetAttrPayload
     CLOSE = 6  # payload: empty; the worker closes its envs, replies, exits
-    STEP_ENVS = 7  # payload: StepEnvsPayload; step some envs (asynchronous stepping)
-    SET_RESET_OPTIONS = 8  # payload: ResetOptionsPayload; the options of later autoresets
+    STEP_ENVS = 7  # payload: encode_step_envs(StepEnvsPayload); some envs (asynchronous)
+    STATS = 8  # payload: empty; the reply is a pickled WorkerCounters
+    SET_RESET_OPTIONS = 9  # payload: ResetOptionsPayload; the options of later autoresets
 
 
 class Status(IntEnum):
@@ -150,6 +154,19 @@ class WorkerHello:
     render_mode: str | None
 
 
+@dataclass(frozen=True)
+class WorkerCounters:
+    """STATS: what a worker has done since it started (see ``SubprocVectorEnv.stats``).
+
+    ``busy_s`` is the time from reading a command to having replied to it (the envs' work,
+    and the little around it); ``waiting_s`` the time between a reply and the next command.
+    """
+
+    env_steps: int  # env.step calls of STEP and STEP_ENVS commands (autoresets included)
+    busy_s: float
+    waiting_s: float
+
+
 @dataclass
 class AttachSpec:
     """ATTACH: the block and how a worker's envs map onto it (see ``subvec._block``)."""
@@ -180,7 +197,8 @@ class ResetPayload(NamedTuple):
     seeds: Sequence[int | None]
     options: dict[str, Any] | Sequence[dict[str, Any] | None] | None
     mask: Sequence[bool] | None
-    #: a replacement unit's stored options, one per env, kept before it resets (None: none)
+    #: the envs' stored options, one per env, kept before they reset: a replacement (restarted,
+    #: rebuilt, recycled) has none yet (None: none are stored)
     stored: Sequence[dict[str, Any] | None] | None = None
 
 
@@ -194,11 +212,39 @@ class ResetOptionsPayload(NamedTuple):
 
 class StepEnvsPayload(NamedTuple):
     """STEP_ENVS: step only these envs (local indices, ascending) with these actions, by
-    value. The reply is ``(infos, observations, errors)``: an env that raises is reported in
-    ``errors`` as ``(local env, ErrorRecord)`` and the others still step."""
+    value, or (None) with the actions in their rows of the block, in the space's dtypes. The
+    reply is ``(infos, observations, errors)``: an env that raises is reported in ``errors``
+    as ``(local env, ErrorRecord)`` and the others still step."""
 
     envs: Sequence[int]
-    actions: Sequence[Any]
+    actions: Sequence[Any] | None
+
+
+#: STEP_ENVS payloads on the wire: the usual one (actions in the block) is its envs' local
+#: indices as u16s after a 0 byte, a few bytes built without pickle (pickling the record
+#: costs ~5 us, a visible share of an async env-step); one with actions by value is a 1 byte
+#: and the pickled record.
+_ROWS, _BY_VALUE = b"\x00", b"\x01"
+_U16 = struct.Struct("<H")
+
+
+def encode_step_envs(payload: StepEnvsPayload) -> bytes:
+    """A STEP_ENVS payload's bytes (see :func:`decode_step_envs`)."""
+    envs = payload.envs
+    if payload.actions is None and envs[-1] < 1 << 16:  # ascending: the last is the largest
+        if len(envs) == 1:
+            return _ROWS + _U16.pack(envs[0])
+        return _ROWS + struct.pack(f"<{len(envs)}H", *envs)
+    return _BY_VALUE + dumps(payload)
+
+
+def decode_step_envs(data: bytes | memoryview) -> StepEnvsPayload:
+    """The record :func:`encode_step_envs` wrote."""
+    if data[:1] == _ROWS:
+        count = (len(data) - 1) // 2
+        return StepEnvsPayload(list(struct.unpack_from(f"<{count}H", data, 1)), None)
+    record: StepEnvsPayload = loads(data[1:])
+    return record
 
 
 class StepPayload(NamedTuple):

@@ -284,11 +284,11 @@ class EnvSlab:
             self.current = i
         return result
 
-    def step_envs(self, indices: Sequence[int], actions: Sequence[Any]) -> SlabResult:
-        """Step the envs at local ``indices`` (ascending) with ``actions`` (one each, by value),
-        as :meth:`step` steps every env. An env that raises is reported in
-        ``SlabResult.errors`` and the others still step: with asynchronous stepping each env's
-        error belongs to that env's own result."""
+    def step_envs(self, indices: Sequence[int], actions: Sequence[Any] | None) -> SlabResult:
+        """Step the envs at local ``indices`` (ascending) with ``actions`` (one each, by value;
+        None: each env's action in the bound arrays), as :meth:`step` steps every env. An env
+        that raises is reported in ``SlabResult.errors`` and the others still step: with
+        asynchronous stepping each env's error belongs to that env's own result."""
         arrays = self.arrays
         assert arrays is not None, "bind() first"
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
@@ -297,10 +297,16 @@ class EnvSlab:
         result = SlabResult(errors=[])
         errors: list[tuple[int, Exception]] = []
         infos = result.infos
-        for i, action in zip(indices, actions):
+        read = arrays.read_action if actions is None else None
+        for j, i in enumerate(indices):
             self.current = i
             env = self.envs[i]
             try:
+                if read is not None:
+                    action = read(i)
+                else:
+                    assert actions is not None
+                    action = actions[j]
                 if next_step and self.needs_reset[i]:
                     obs, info = self._autoreset(i)
                     reward: Any = 0.0

@@ -40,6 +40,7 @@ from subvec._infos import InfoBlockWriter, to_columns
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
 from subvec._shm import SharedBlock
 from subvec._slab import EnvSlab, SlabResult
+from subvec._threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._topology import Placement, apply_placement
 
 __all__ = ["worker_main"]
@@ -69,8 +70,14 @@ def worker_main(
     placement: Placement | None,
     inherited_fds: list[int],
     lifeline: Lifeline,
+    threads: int | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if threads is not None:
+        # Before the factories are unpickled: what they import reads these as it loads. The
+        # BLAS that numpy loaded before we ran is capped by call (see _threads).
+        cap_environment(threads)
+        cap_loaded_blas(threads)
     for fd in inherited_fds:  # fork only: other workers' pipe ends copied into us
         try:
             os.close(fd)
@@ -94,6 +101,9 @@ def worker_main(
             adopt_registry(registry)
         for fn in fns:
             envs.append(fn())
+        if threads is not None:
+            cap_torch(threads)  # the envs may have imported torch, which sized its pools
+            cap_loaded_blas(threads)  # and loaded a BLAS of their own
     except Exception as exc:
         at = loaded if loaded < len(factories) else len(envs)
         record = ErrorRecord.capture(exc, first_env + at, "make")
@@ -142,6 +152,12 @@ class _Server:
         #: with observation slots: a row writer per slot, and the cell that picks one
         self.obs_writers: list[Any] = []
         self.obs_slot_cell: memoryview | None = None
+        #: STEP commands served, seconds handling commands, seconds waiting for them (kept
+        #: here by ``serve`` before each command but the usual step), env steps of STEP_ENVS
+        self.steps = 0
+        self.env_steps_some = 0
+        self.busy_s = 0.0
+        self.waiting_s = 0.0
 
     def _spin_for_command(self, poller: select.poll) -> None:
         """Busy-poll the command pipe for up to ``spin_s``: when the parent answers within that
@@ -164,9 +180,12 @@ class _Server:
         # average). We only spin while it is shorter than the spin window: when the other
         # workers' envs are slow, spinning would only burn the window, and a busy vCPU slows
         # its sibling down (measured 1.3-1.5x on the 2-vCPU VM, as on hyperthreads). A worker
-        # that never spins (the partner) skips the bookkeeping.
+        # that never spins (the partner) skips that average.
         wait_estimate = 0.0
-        replied_at = 0.0
+        # The counters of stats(): two clock reads per command, the time between them and
+        # since the last reply added up in locals (kept on self at each other command).
+        replied_at = clock()
+        steps, busy_s, waiting_s = 0, 0.0, 0.0
         seq = 0
         try:
             while True:
@@ -174,12 +193,15 @@ class _Server:
                 if spin_s and wait_estimate < spin_s:
                     self._spin_for_command(poller)
                 head = read(cmd_fd, size)
-                if spin_s and replied_at:
-                    wait_estimate = 0.5 * (wait_estimate + clock() - replied_at)
+                started = clock()
+                waiting_s += started - replied_at
+                if spin_s and seq:  # not the first command: the wait for ATTACH is no step's
+                    wait_estimate = 0.5 * (wait_estimate + started - replied_at)
                 # The parent numbers each worker's commands 1, 2, 3...: the usual step is
                 # recognised by comparing its bytes, without parsing anything.
                 if head == pack(0, _STEP, seq + 1):
                     seq += 1
+                    steps += 1
                     if self.obs_writers:
                         self._point_obs_rows()
                     try:
@@ -191,22 +213,25 @@ class _Server:
                             write_frame(reply_fd, _OK_PAYLOAD, seq, reply)
                         else:
                             write(reply_fd, pack(0, _OK, seq))
-                    if spin_s:
-                        replied_at = clock()
+                    replied_at = clock()
+                    busy_s += replied_at - started
                     continue
                 try:
                     code, seq, payload = finish_frame(cmd_fd, head)
                 except EOFError:
                     break  # the parent closed our command pipe: nothing more will come
                 command = commands[code]
+                if command is _STEP:
+                    steps += 1  # a step with a payload (actions by value or in other dtypes)
+                self.steps, self.busy_s, self.waiting_s = steps, busy_s, waiting_s
                 try:
                     status, reply = handle(command, payload)
                 except Exception as exc:
                     self._reply_error(exc, command, seq)
                 else:
                     write_frame(reply_fd, status, seq, reply)
-                if spin_s:
-                    replied_at = clock()
+                replied_at = clock()
+                busy_s += replied_at - started
                 if command is _CLOSE:
                     break
         finally:
@@ -233,8 +258,9 @@ class _Server:
             reset: proto.ResetPayload = proto.loads(payload)
             result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
         elif command is Command.STEP_ENVS:
-            some: proto.StepEnvsPayload = proto.loads(payload)
+            some = proto.decode_step_envs(payload)
             result = slab.step_envs(some.envs, some.actions)
+            self.env_steps_some += len(some.envs)
             if result.is_empty():
                 return Status.OK, b""
             return Status.OK_PAYLOAD, self._dump_some(result)
@@ -255,6 +281,10 @@ class _Server:
         elif command is Command.ATTACH:
             self.attach(proto.loads(payload))
             return Status.OK, b""
+        elif command is Command.STATS:
+            env_steps = self.steps * len(slab.envs) + self.env_steps_some
+            counters = proto.WorkerCounters(env_steps, self.busy_s, self.waiting_s)
+            return Status.OK_PAYLOAD, proto.dumps(counters)
         elif command is Command.CLOSE:
             slab.close()
             return Status.OK, b""

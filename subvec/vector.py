@@ -50,7 +50,10 @@ from subvec._plan import (
 )
 from subvec._pool import WorkerPool, release
 from subvec._protocol import Command
+from subvec._recycle import RecyclePolicy
 from subvec._shm import SharedBlock
+from subvec._stats import WorkerStats, worker_stats
+from subvec._threads import check_threads
 from subvec._topology import PlacementReport, plan_placement, usable_cpus
 from subvec.proxy import RemoteProxy
 
@@ -115,6 +118,15 @@ class SubprocVectorEnv(VectorFront):
         batch_size: how many envs ``recv()`` returns by default with asynchronous stepping
             (``async_reset``/``send``/``recv``/``drain``; docs/async.md). None: num_envs.
             ``reset()`` and ``step()`` stay lock-step over every env.
+        worker_threads: threads per BLAS, OpenMP and torch pool in each worker (default 1, so
+            that W workers do not run W x CPUs threads); None leaves the pools as the
+            libraries size them. Set in the worker only: the parent's environment and torch
+            settings are not touched (see ``subvec._threads``).
+        recycle_every: replace a worker (a new process, its envs rebuilt from their factories)
+            once its env has ended this many episodes, between two episodes (see
+            ``recycles``). None: never. Needs one env per worker.
+        worker_max_rss: replace a worker, in the same way, at the end of an episode of its env
+            when its resident memory exceeds this many bytes (read with psutil). None: never.
 
     Raises:
         NotImplementedError: the platform cannot run the workers (Windows; see
@@ -150,6 +162,9 @@ class SubprocVectorEnv(VectorFront):
         parent_envs: int = 0,
         spin_us: float | None = None,
         batch_size: int | None = None,
+        worker_threads: int | None = 1,
+        recycle_every: int | None = None,
+        worker_max_rss: int | None = None,
     ) -> None:
         super().__init__()
         check_platform()
@@ -176,6 +191,13 @@ class SubprocVectorEnv(VectorFront):
             batch_size=batch_size,
             start_timeout=start_timeout,
         )
+        #: threads per pool in each worker (None: the libraries' own default)
+        self.worker_threads = check_threads(worker_threads)
+        recycling = RecyclePolicy.create(recycle_every, worker_max_rss)
+        if recycling is not None:
+            num_workers, envs_per_worker = recycling.layout(
+                self.num_envs, num_workers, envs_per_worker, parent_envs
+            )
         self.shared_memory = bool(shared_memory)
         self.daemon = bool(daemon)
         self.observation_mode = observation_mode
@@ -213,6 +235,7 @@ class SubprocVectorEnv(VectorFront):
             spin_s=self.layout.parent_spin_us * 1e-6,
             partner=self.layout.partner,
             max_active=self.layout.max_active,
+            threads=self.worker_threads,
         )
         self._finalizer = weakref.finalize(self, release, self._pool.resources)
         # The tracker must run before any worker exists so that all share it (see _shm).
@@ -248,8 +271,12 @@ class SubprocVectorEnv(VectorFront):
         #: whether ``step`` may take its short path: every env in a worker and the
         #: observations in the block as one array (fixed from here on)
         self._steady = (
-            self._local is None and self._obs_shared and type(self._observations) is np.ndarray
+            self._local is None
+            and self._obs_shared
+            and type(self._observations) is np.ndarray
+            and recycling is None  # whose episode counts are kept on the general path
         )
+        self._recycling = recycling
 
     # --- construction ------------------------------------------------------------------------
 
@@ -396,6 +423,27 @@ class SubprocVectorEnv(VectorFront):
     def placement(self) -> tuple[PlacementReport, ...]:
         """Where each worker runs: pid, NUMA node and CPU set, from its ready handshake."""
         return tuple(w.hello.placement for w in self._pool.workers if w.hello is not None)
+
+    def stats(self, timeout: float | None = None) -> list[WorkerStats]:
+        """What each worker has done since it started: one :class:`WorkerStats` per worker.
+
+        Asks every worker for its counters (one round trip) and reads its resident memory
+        (psutil, when installed). Counting costs the workers two clock reads per command.
+
+        Args:
+            timeout: seconds to wait for the counters (None: the constructor's ``timeout``).
+
+        Returns:
+            One entry per worker, in worker order (the parent's own envs are not counted).
+
+        Raises:
+            AlreadyPendingCallError: a call is pending (stats need the workers idle).
+            ClosedEnvironmentError: the vector env is closed.
+            WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
+        """
+        self._begin(_State.WAITING_CALL)  # only checks: the workers must be idle
+        counters = self._pool.counters(self.default_timeout if timeout is None else timeout)
+        return worker_stats(self._pool.workers, counters, self.restarts, self.recycles)
 
     @property
     def worker_pids(self) -> tuple[int | None, ...]:

@@ -501,3 +501,103 @@ class OptionsEnv(gym.Env[np.ndarray, int]):
     def step(self, action: Any):
         self.t += 1
         return self._obs(), 1.0, False, self.t >= self.length, {}
+
+
+class EpisodeEnv(gym.Env[np.ndarray, int]):
+    """Episodes of exactly ``length`` steps; the observation is ``[pid, t, first obs]`` of the
+    process the env runs in, so a test sees which process made every row. ``first`` is drawn
+    from the reset's seed. ``leak_bytes`` are allocated (and kept) on every step;
+    ``crash_marker``: the first env to reach step 2 with no file there creates it and exits."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(
+        self, length: int = 3, leak_bytes: int = 0, crash_marker: str | None = None
+    ) -> None:
+        self.length = length
+        self.leak_bytes = leak_bytes
+        self.crash_marker = crash_marker
+        self.observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float64)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+        self.first = 0.0
+        self.kept: list[np.ndarray] = []
+
+    def _obs(self) -> np.ndarray:
+        return np.array([os.getpid(), self.t, self.first], dtype=np.float64)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.first = float(self.np_random.integers(1 << 30))
+        return self._obs(), {"reset_pid": os.getpid()}
+
+    def step(self, action: int):
+        self.t += 1
+        if self.leak_bytes:
+            self.kept.append(np.ones(self.leak_bytes, dtype=np.uint8))  # touched: resident
+        marker = self.crash_marker
+        if marker is not None and self.t == 2 and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(7)
+        return self._obs(), 1.0, self.t >= self.length, False, {"step_pid": os.getpid()}
+
+
+class MatmulEnv(gym.Env[np.ndarray, int]):
+    """A small numpy matmul per step (and a torch one with ``use_torch``); ``threads()``
+    reports what the worker's pools and environment say."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, size: int = 64, use_torch: bool = False) -> None:
+        self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float64)
+        self.action_space = spaces.Discrete(2)
+        self.a = np.random.default_rng(0).random((size, size))
+        self.torch_a = None
+        if use_torch:
+            import torch
+
+            self.torch_a = torch.rand(size, size)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(1), {}
+
+    def step(self, action: int):
+        value = float((self.a @ self.a)[0, 0])
+        if self.torch_a is not None:
+            value += float((self.torch_a @ self.torch_a)[0, 0])
+        return np.array([value]), 0.0, False, False, {}
+
+    def threads(self) -> dict[str, Any]:
+        import sys
+
+        import psutil
+
+        from subvec._threads import THREAD_VARIABLES
+
+        torch = sys.modules.get("torch")
+        me = psutil.Process()
+
+        def cpu_times() -> dict[int, float]:
+            return {t.id: t.user_time + t.system_time for t in me.threads()}
+
+        # Threads that did any work during a burst of matmuls big enough for BLAS to split
+        # (an idle pool thread that a cap left parked does not count).
+        before = cpu_times()
+        big = np.random.default_rng(1).random((384, 384))
+        for _ in range(30):
+            big @ big
+        if torch is not None:
+            tbig = torch.rand(384, 384)
+            for _ in range(30):
+                tbig @ tbig
+        after = cpu_times()
+        busy = sum(1 for tid, t in after.items() if t - before.get(tid, 0.0) > 0.005)
+        return {
+            "environ": {name: os.environ.get(name) for name in THREAD_VARIABLES},
+            "threads": me.num_threads(),
+            "busy_threads": busy,
+            "torch": None if torch is None else torch.get_num_threads(),
+            "torch_interop": None if torch is None else torch.get_num_interop_threads(),
+        }

@@ -323,3 +323,65 @@ def test_image_observations_and_slots_after_async() -> None:
     finally:
         envs.close()
         oracle.close()
+
+
+def _quiet(max_steps: int = 4) -> Any:
+    def factory() -> ZooEnv:  # no infos: every answer is a plain OK, the results in the block
+        return ZooEnv(quiet=True, max_steps=max_steps, terminate_prob=0.2)
+
+    return factory
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_results_left_in_the_block_and_sends_of_both_kinds_match_sync(mode: AutoresetMode) -> None:
+    num_envs, steps = 6, 10
+    fns = [_quiet() for _ in range(num_envs)]
+    rng = np.random.default_rng(5)
+    actions = [rng.integers(0, 3, size=steps).tolist() for _ in range(num_envs)]
+    want = _expected(fns, actions, mode, "gymnasium")
+    # One env per recv: a worker's other envs are then sent while it is busy, and queue up,
+    # some stored in the block (an array) and some by value (a list) for the same command.
+    envs = SubprocVectorEnv(fns, envs_per_worker=3, batch_size=1, autoreset_mode=mode)
+    got: dict[int, list] = {}
+    sent = [0] * num_envs
+    turn = 0
+    try:
+        envs.async_reset(seed=SEED)
+        while envs.in_flight_env_ids or envs.ready_env_ids:
+            for e in _record(got, envs.recv()):
+                if sent[e] < steps:
+                    action = actions[e][sent[e]]
+                    envs.send(np.array([action]) if turn % 2 else [action], [e])
+                    sent[e] += 1
+                    turn += 1
+        _compare(got, want)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_held_result_survives_the_restart_of_its_worker() -> None:
+    fns = [_quiet(10**6), lambda: CrashEnv("kill", at_step=1, quiet=True)]
+    oracle = SyncVectorEnv([fns[0]])
+    envs = SubprocVectorEnv(fns, envs_per_worker=2, batch_size=1, on_worker_failure="restart")
+    try:
+        want_reset, _ = oracle.reset(seed=SEED)
+        want_step = oracle.step(np.array([2]))[0]
+        envs.async_reset(seed=SEED)
+        obs, *_, infos = envs.recv()  # env 0's reset; env 1's is held
+        assert infos["env_id"].tolist() == [0]
+        assert_same(obs[0], want_reset[0], "env 0 reset")
+        envs.send(np.array([2]), [0])
+        assert envs.recv()[4]["env_id"].tolist() == [1]
+        envs.send(np.array([0]), [1])  # queued behind env 0's step; kills the worker
+        # Both: env 0's step (held while its worker died and was rebuilt), env 1 truncated.
+        obs, _, _, trunc, infos = envs.recv(min_envs=2)
+        rows = {e: r for r, e in enumerate(infos["env_id"].tolist())}
+        assert sorted(rows) == [0, 1] and len(envs.restarts) == 1
+        assert_same(obs[rows[0]], want_step[0], "env 0's step, not the rebuilt env's reset")
+        assert trunc[rows[1]] and infos["worker_restarted"][rows[1]]
+        assert not trunc[rows[0]] and not infos["worker_restarted"][rows[0]]
+    finally:
+        envs.close()
+        oracle.close()

@@ -269,6 +269,28 @@ def test_a_restart_during_a_reset_resets_with_that_resets_options() -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+def test_a_recycled_worker_resets_with_the_stored_options(mode: AutoresetMode) -> None:
+    # One env per worker (recycling's layout); each worker is replaced after every episode.
+    envs = SubprocVectorEnv([_options_env] * 3, autoreset_mode=mode, recycle_every=1)
+    try:
+        envs.reset(seed=0)
+        envs.set_reset_options([{"level": 2}, {"level": 3}], env_ids=[0, 2])
+        pids = envs.worker_pids
+        actions = np.zeros(3, dtype=np.int64)
+        for _ in range(3 if mode is AutoresetMode.NEXT_STEP else 2):
+            obs, _, _, trunc, _ = envs.step(actions)
+        if mode is AutoresetMode.DISABLED:
+            obs = envs.reset(options={"reset_mask": trunc})[0]
+        assert len(envs.recycles) == 3
+        assert all(new != old for new, old in zip(envs.worker_pids, pids))
+        assert _levels(obs) == [2, -1, 3]  # the new envs' first reset used them
+        assert envs.get_attr("resets") == (1, 1, 1)  # fresh envs: that was their only reset
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
 def test_a_worker_rebuilt_by_reset_gets_the_stored_options() -> None:
     envs = SubprocVectorEnv([_options_env] * 5, **LAYOUT)  # on_worker_failure="raise"
     try:

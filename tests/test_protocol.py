@@ -9,13 +9,16 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
+from subvec import _protocol as proto
 from subvec._protocol import (
     HEADER,
     Command,
     ErrorRecord,
     Status,
+    StepEnvsPayload,
     dumps,
     finish_frame,
     loads,
@@ -294,3 +297,26 @@ def test_an_error_that_cannot_be_rebuilt_from_its_message_becomes_remote_env_err
     assert type(exc) is RemoteEnvError
     assert exc.args[0].startswith(f"{__name__}.StrictNew: ")
     assert exc.env_index == 0
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        StepEnvsPayload([3], None),
+        StepEnvsPayload([0, 2, 5], None),
+        StepEnvsPayload([1, 70_000], None),  # past u16: pickled
+        StepEnvsPayload([0, 1], [np.int64(2), [1, 2]]),
+    ],
+)
+def test_step_envs_payloads_survive_the_wire(payload: StepEnvsPayload) -> None:
+    data = proto.encode_step_envs(payload)
+    back = proto.decode_step_envs(memoryview(data))
+    assert list(back.envs) == list(payload.envs)
+    assert (back.actions is None) == (payload.actions is None)
+    if payload.actions is not None:
+        assert back.actions is not None
+        assert [np.asarray(a).tolist() for a in back.actions] == [
+            np.asarray(a).tolist() for a in payload.actions
+        ]
+    if payload.actions is None and payload.envs[-1] < 1 << 16:
+        assert len(data) == 1 + 2 * len(payload.envs)  # no pickle on the usual path

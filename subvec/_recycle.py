@@ -1,0 +1,337 @@
+"""Recycling: replacing a worker between two episodes, because its env leaks.
+
+Opt-in with ``recycle_every`` (episodes per env) and ``worker_max_rss`` (bytes). The front
+(``_front``) counts the episodes that end in each step and, when a worker is due, replaces it
+(a new process, its env rebuilt from its factory) at the episode boundary, so no episode is
+cut short:
+
+- NEXT_STEP: the step after the end is the reset step: the replacement's reset is that step's
+  result (reward 0, both flags False, the reset's infos), in place of the old env's autoreset;
+- SAME_STEP: the step that ended reports the old env's final observation and info, and the
+  replacement's reset observation and info, as its autoreset;
+- DISABLED: the caller's ``reset`` of the ended env goes to the replacement.
+
+Only one env per worker can be recycled exactly: in lock-step, the envs of one worker do not end
+their episodes at the same step, and a process holds all of them. So recycling needs one env
+per worker (the default layout when it is asked for).
+
+Seeds: a rebuilt env's first reset takes the caller's seed when that reset is the caller's
+(DISABLED) and it gives one; otherwise it is derived from the seed of the env's last seeded
+reset and how many times the env has been rebuilt since
+(``SeedSequence([seed, rebuilds]).generate_state(1)[0]``), so a seeded run recycles the same
+way every time. An env never seeded is rebuilt with fresh entropy (``seed=None``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gymnasium.vector.vector_env import AutoresetMode
+
+from subvec._backend import PLAIN, Backend, Failure, Outcome, Unit
+from subvec._failures import RestartRecord, _first_line
+from subvec._infos import as_events
+from subvec._merge import Part
+from subvec._protocol import Command, ResetPayload, Status, raise_first
+from subvec._stats import process_rss
+
+__all__ = ["RecyclePolicy", "RecyclingFront"]
+
+
+def _check_count(name: str, value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive int ({what}) or None, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1 ({what}) or None (never), got {value}")
+    return int(value)
+
+
+@dataclass
+class RecyclePolicy:
+    """``recycle_every`` / ``worker_max_rss``, the episodes counted and the recycles made."""
+
+    every: int | None
+    max_rss: int | None
+    #: every replacement made, oldest first
+    records: list[RestartRecord] = field(default_factory=list)
+    #: unit index -> (pid counted for, episodes ended since that process started)
+    _episodes: dict[int, tuple[int | None, int]] = field(default_factory=dict)
+    #: unit index -> (pid that is due, why): replaced at its next episode boundary
+    due: dict[int, tuple[int | None, str]] = field(default_factory=dict)
+    #: env -> seed of its last seeded reset, and rebuilds since then
+    _seeds: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, recycle_every: Any, worker_max_rss: Any) -> RecyclePolicy | None:
+        """The policy for these arguments, or None when neither asks for recycling.
+
+        Raises:
+            TypeError: an argument is not an int or None.
+            ValueError: an argument is below 1.
+        """
+        every = _check_count("recycle_every", recycle_every, "episodes per env")
+        max_rss = _check_count("worker_max_rss", worker_max_rss, "bytes")
+        if every is None and max_rss is None:
+            return None
+        return cls(every, max_rss)
+
+    def layout(
+        self,
+        num_envs: int,
+        num_workers: int | None,
+        envs_per_worker: int | None,
+        parent_envs: int,
+    ) -> tuple[int | None, int | None]:
+        """``(num_workers, envs_per_worker)`` for the layout plan: one env per worker.
+
+        Raises:
+            ValueError: the arguments ask for more than one env per worker, or parent envs.
+        """
+        why = (
+            "recycling replaces a worker process between two episodes of its env, and the "
+            "envs of one worker do not end their episodes at the same step"
+        )
+        if envs_per_worker is not None and envs_per_worker != 1:
+            raise ValueError(
+                f"recycle_every/worker_max_rss need one env per worker, got "
+                f"envs_per_worker={envs_per_worker}: {why}. Pass envs_per_worker=1 (the "
+                "default when recycling)"
+            )
+        if num_workers is not None and num_workers != num_envs - parent_envs:
+            raise ValueError(
+                f"recycle_every/worker_max_rss need one env per worker, got "
+                f"num_workers={num_workers} for {num_envs} envs: {why}. Pass "
+                "envs_per_worker=1 (the default when recycling)"
+            )
+        if parent_envs:
+            raise ValueError(
+                f"recycle_every/worker_max_rss replace worker processes; parent_envs="
+                f"{parent_envs} envs run in the parent, which cannot be replaced. Pass "
+                "parent_envs=0"
+            )
+        return None, 1
+
+    # --- counting ---------------------------------------------------------------------------
+
+    def count(self, units: Sequence[Unit], ended: np.ndarray) -> None:
+        """Count the episodes that ended in a step (``ended``: per env, not ended by a
+        restart) and mark the workers that are now due."""
+        for i in np.flatnonzero(ended).tolist():
+            unit = next(u for u in units if u.lo <= i < u.hi)
+            pid = unit.pid
+            counted_pid, episodes = self._episodes.get(unit.index, (pid, 0))
+            if counted_pid != pid:  # a replaced process starts from zero
+                episodes = 0
+            episodes += 1
+            self._episodes[unit.index] = (pid, episodes)
+            if self.every is not None and episodes >= self.every:
+                self.due[unit.index] = (pid, f"recycled after {episodes} episodes")
+                continue
+            if self.max_rss is not None:
+                rss = process_rss(pid)
+                if rss is not None and rss > self.max_rss:
+                    reason = f"recycled: resident memory {rss} bytes > worker_max_rss"
+                    self.due[unit.index] = (pid, f"{reason}={self.max_rss}")
+
+    def take_due(
+        self, units: Sequence[Unit], envs: np.ndarray | None = None
+    ) -> list[tuple[Unit, str]]:
+        """The due units (whose envs are all in ``envs``, a bool mask; None: any) and why,
+        no longer due. A unit whose process was replaced meanwhile is fresh: dropped."""
+        taken = []
+        for index, (pid, reason) in list(self.due.items()):
+            unit = next(u for u in units if u.index == index)
+            if unit.pid != pid:
+                del self.due[index]
+            elif envs is None or envs[unit.lo : unit.hi].all():
+                del self.due[index]
+                taken.append((unit, reason))
+        return taken
+
+    # --- seeds and records ------------------------------------------------------------------
+
+    def seeded(self, seeds: Sequence[int | None], mask: np.ndarray | None) -> None:
+        """A reset with these per-env seeds (only where ``mask``): the base of later rebuilds."""
+        for i, seed in enumerate(seeds):
+            if seed is not None and (mask is None or mask[i]):
+                self._seeds[i] = (seed, 0)
+
+    def seed_for(self, env: int) -> int | None:
+        """The seed of the first reset of env ``env`` rebuilt (see the module docstring)."""
+        base = self._seeds.get(env)
+        if base is None:
+            return None
+        seed, rebuilds = base
+        self._seeds[env] = (seed, rebuilds + 1)
+        state = np.random.SeedSequence([seed, rebuilds + 1]).generate_state(1)
+        return int(state[0])
+
+    def record(self, old: Unit, old_pid: int | None, new: Unit, reason: str) -> None:
+        envs = tuple(range(new.lo, new.hi))
+        why = f"{reason} (pid {old_pid} -> {new.pid})"
+        self.records.append(RestartRecord(new.index, envs, why, time.monotonic()))
+        self._episodes.pop(old.index, None)
+
+
+class RecyclingFront:
+    """Recycling's part of :class:`subvec._front.VectorFront` (a mixin: it uses the front's
+    units, backends and batch arrays). Every hook is called only when ``_recycling`` is set."""
+
+    # The front's, declared for the type checker.
+    autoreset_mode: AutoresetMode
+    default_timeout: float | None
+    _recycling: RecyclePolicy | None = None
+    _units: list[Unit]
+    _backends: list[Backend]
+    _rewards: np.ndarray
+    _terminations: np.ndarray
+    _truncations: np.ndarray
+    _restarted: np.ndarray
+    _any_restarted: bool
+    _answered: dict[int, Outcome]
+
+    if TYPE_CHECKING:
+
+        def _backend_of(self, unit: Unit) -> int: ...
+        def _build_timeout(self, timeout: float | None) -> float | None: ...
+        def _all_units(self) -> list[Unit]: ...
+        def _break(self, units: list[int], reason: str) -> None: ...
+        def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
+        def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None: ...
+
+    @property
+    def recycles(self) -> list[RestartRecord]:
+        """Every worker replacement that recycling (``recycle_every``, ``worker_max_rss``) made,
+        oldest first; the reason says which and the pids, or ends with ``its replacement
+        failed: ...`` (none counts against ``max_restarts``)."""
+        return [] if self._recycling is None else self._recycling.records
+
+    def _start_recycling(self) -> None:
+        #: the envs whose answer to this step is a recycled worker's reset (NEXT_STEP)
+        self._recycled = np.zeros(len(self._rewards), dtype=np.bool_)
+        self._any_recycled = False
+
+    def _recycle(self, unit: Unit, reason: str) -> Unit:
+        """Replace ``unit`` by a new process with its envs rebuilt (not reset).
+
+        Raises:
+            EnvError, WorkerDiedError, WorkerTimeoutError: the replacement failed to start;
+                the vector env is broken (``reset()`` rebuilds it).
+        """
+        policy = self._recycling
+        assert policy is not None
+        old_pid = unit.pid
+        backend = self._backends[self._backend_of(unit)]
+        try:
+            new = backend.restart(unit, self._build_timeout(self.default_timeout))
+        except BaseException as exc:
+            failed = f"{reason}; its replacement failed: {_first_line(exc)}"
+            policy.records.append(
+                RestartRecord(unit.index, tuple(range(unit.lo, unit.hi)), failed, time.monotonic())
+            )
+            self._break([unit.index], f"recycling {unit.describe()} failed: {exc}")
+            raise
+        finally:
+            self._units = self._all_units()
+        policy.record(unit, old_pid, new, reason)
+        return new
+
+    def _reset_recycled(self, unit: Unit) -> Outcome:
+        """Recycle ``unit`` and reset its new envs (the autoreset's place); their outcome."""
+        policy = self._recycling
+        assert policy is not None
+        timeout = self.default_timeout
+        backend = self._backends[self._backend_of(unit)]
+        seeds = [policy.seed_for(i) for i in range(unit.lo, unit.hi)]
+        payload = ResetPayload(seeds, None, None, self._stored_options(unit))
+        backend.send(Command.RESET, payload, units=[unit])
+        got = backend.collect(timeout, "resetting a recycled worker", units=[unit])
+        if got is None:
+            return PLAIN
+        if got.failures:
+            self._fail(got.failures, timeout)  # raises
+        return got.outcomes[unit.index]
+
+    def _recycle_before_step(self) -> None:
+        """NEXT_STEP, before a step is sent: each due worker is replaced and its reset is this
+        step's answer for its envs (the step after the end is the reset step)."""
+        policy = self._recycling
+        assert policy is not None
+        if self._any_recycled:
+            self._recycled[:] = False
+            self._any_recycled = False
+        if not policy.due or self.autoreset_mode is not AutoresetMode.NEXT_STEP:
+            return
+        for unit, reason in policy.take_due(self._units):
+            new = self._recycle(unit, reason)
+            self._answered[new.index] = self._reset_recycled(new)
+            self._recycled[new.lo : new.hi] = True
+            self._any_recycled = True
+
+    def _recycle_on_reset(self, seeds: list[int | None], mask: np.ndarray | None) -> None:
+        """A reset of the caller's: due workers whose envs it resets are replaced first, and
+        get its seeds (derived ones where it gives None)."""
+        policy = self._recycling
+        assert policy is not None
+        policy.seeded(seeds, mask)
+        if not policy.due:
+            return
+        for unit, reason in policy.take_due(self._units, mask):
+            new = self._recycle(unit, reason)
+            for i in range(new.lo, new.hi):
+                if seeds[i] is None:
+                    seeds[i] = policy.seed_for(i)
+
+    def _count_episodes(self) -> None:
+        """After a step: the recycled envs' reset step reads reward 0 and no flags; count the
+        episodes that ended (not those a restart cut short)."""
+        policy = self._recycling
+        assert policy is not None
+        if self._any_recycled:
+            self._rewards[self._recycled] = 0.0
+            self._terminations[self._recycled] = False
+            self._truncations[self._recycled] = False
+        ended = self._terminations | self._truncations
+        if self._any_restarted:
+            ended &= ~self._restarted
+        if ended.any():
+            policy.count(self._units, ended)
+
+    def _recycle_same_step(self, parts: Sequence[Part]) -> Sequence[Part]:
+        """SAME_STEP, a step's parts (final observations resolved): each due worker whose env
+        ended in it is replaced, and its new env's reset observation and info take the place
+        of the old env's autoreset; the final observation and info stay the old env's."""
+        policy = self._recycling
+        assert policy is not None
+        if not policy.due or self.autoreset_mode is not AutoresetMode.SAME_STEP:
+            return parts
+        by_lo: dict[int, Any] = dict(parts)
+        errors = []
+        for unit, reason in policy.take_due(self._units):
+            lo, hi = unit.lo, unit.hi
+            # The reset clears the rows' flags in the block; this step's are the old env's end.
+            flags = self._terminations[lo:hi].copy(), self._truncations[lo:hi].copy()
+            new = self._recycle(unit, reason)
+            status, value = self._reset_recycled(new)
+            self._terminations[lo:hi], self._truncations[lo:hi] = flags
+            if status is Status.ERROR:
+                errors.append(value)
+                continue
+            old = by_lo.get(new.lo)
+            events = list(as_events(old[0])) if old is not None and old[0] else []
+            # One env per worker: its first event with a final observation is the end's; the
+            # events after it were the old env's reset info.
+            final = [e for e in events if "final_obs" in e[1]][:1]
+            if status is Status.OK_PAYLOAD:
+                infos, obs = value
+                by_lo[new.lo] = (final + list(as_events(infos) if infos else ()), obs)
+            else:
+                by_lo[new.lo] = (final, None)
+        raise_first(errors)
+        return sorted(by_lo.items())
