@@ -41,6 +41,9 @@ from subvec._seeding import SeedArg
 from subvec._slab import FinalObsInBlock
 from subvec.errors import RecvTimeoutError
 
+if TYPE_CHECKING:
+    from subvec._front import EnvOptions, ResetOptions
+
 __all__ = ["AsyncStepping", "EnvResult"]
 
 #: a queued env's action that is in its row of the block (``send`` stored the batch there)
@@ -135,8 +138,9 @@ class AsyncStepping:
         def _assert_is_running(self) -> None: ...
         def _begin_async(self, method: str) -> None: ...
         def _reset_args(
-            self, seed: SeedArg, options: dict[str, Any] | None
-        ) -> tuple[list[int | None], np.ndarray | None, dict[str, Any] | None]: ...
+            self, seed: SeedArg, options: ResetOptions
+        ) -> tuple[list[int | None], np.ndarray | None, EnvOptions]: ...
+        def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None: ...
         def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
         def _break(self, units: Iterable[int], reason: str) -> None: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
@@ -181,18 +185,19 @@ class AsyncStepping:
 
     # --- the calls ---------------------------------------------------------------------------
 
-    def async_reset(self, seed: SeedArg = None, options: dict[str, Any] | None = None) -> None:
+    def async_reset(self, seed: SeedArg = None, options: ResetOptions = None) -> None:
         """Start resetting every env (or those in ``options["reset_mask"]``); their results
         come back through :meth:`recv` (reward 0, both flags False, the reset's infos).
 
         Args:
             seed: as :meth:`reset`: None, an int (env ``i`` gets ``seed + i``) or one per env.
-            options: as :meth:`reset`, ``"reset_mask"`` included.
+            options: as :meth:`reset`: a dict (``"reset_mask"`` included) or one dict (or
+                None) per env; envs given none reset with their stored options.
 
         Raises:
             AlreadyPendingCallError: envs are in flight or held (``drain()`` first), or a
                 lock-step call is pending.
-            ValueError, TypeError: bad seeds or reset mask.
+            ValueError, TypeError: bad seeds, options or reset mask.
         """
         self._begin_async("async_reset")
         if self._outstanding():
@@ -209,7 +214,12 @@ class AsyncStepping:
             if not envs:
                 continue
             sub_mask = None if mask is None else [bool(m) for m in mask[unit.lo : unit.hi]]
-            payload = ResetPayload(seeds[unit.lo : unit.hi], env_options, sub_mask)
+            unit_options = (
+                env_options[unit.lo : unit.hi] if isinstance(env_options, list) else env_options
+            )
+            payload = ResetPayload(
+                seeds[unit.lo : unit.hi], unit_options, sub_mask, self._stored_options(unit)
+            )
             self._backend_of_unit[unit.index].send(Command.RESET, payload, units=[unit])
             self._flight[unit.index] = ("reset", envs)
             self._needs_reset[envs] = False
@@ -545,7 +555,12 @@ class AsyncStepping:
             self._materialise(range(failure.unit.lo, failure.unit.hi))
             backend = self._backend_of_unit[index]
             done = policy.restart(
-                backend, [failure], timeout, self._build_timeout(timeout), self._no_seeds
+                backend,
+                [failure],
+                timeout,
+                self._build_timeout(timeout),
+                self._no_seeds,
+                self._stored_options,
             )
             if done.error is not None:
                 self._flight.pop(index, None)

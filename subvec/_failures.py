@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from subvec._backend import PLAIN, Backend, Failure, Outcome, Unit
 from subvec._protocol import Command, ResetPayload
@@ -103,10 +104,14 @@ class FailurePolicy:
         timeout: float | None,
         build_timeout: float | None,
         seeds: Callable[[Unit], Sequence[int | None]],
+        stored: Callable[[Unit], Sequence[dict[str, Any] | None] | None] | None = None,
+        options: Callable[[Unit], Any] | None = None,
     ) -> Restarted:
         """Replace each failed unit (building its envs within ``build_timeout``) and reset its
         envs with ``seeds(unit)`` (within ``timeout``), taking that reset's outcome as the
-        unit's answer. Every replacement is recorded, the failed ones too.
+        unit's answer. Every replacement is recorded, the failed ones too. ``stored(unit)``:
+        the reset options its envs had stored (``set_reset_options``), which the replacement
+        keeps and resets with unless ``options(unit)`` (the failed reset's) names others.
 
         Returns:
             The resets' outcomes; and, when a replacement failed to start or to reset, the
@@ -128,7 +133,10 @@ class FailurePolicy:
                 done.reason = reason
                 return done
             self.restarts.append(RestartRecord(unit.index, envs, failure.message, time.monotonic()))
-            backend.send(Command.RESET, ResetPayload(seeds(unit), None, None), units=[unit])
+            kept = None if stored is None else stored(unit)
+            named = None if options is None else options(unit)
+            payload = ResetPayload(seeds(unit), named, None, kept)
+            backend.send(Command.RESET, payload, units=[unit])
             got = backend.collect(timeout, "resetting a restarted worker", units=[unit])
             if got is not None and got.failures:
                 done.error, _ = self.error(got.failures, timeout)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
 from typing import Any
 
@@ -45,6 +46,7 @@ from subvec._merge import InfoMerger, Part, make_merger
 from subvec._protocol import (
     CallPayload,
     Command,
+    ResetOptionsPayload,
     ResetPayload,
     SetAttrPayload,
     Status,
@@ -56,7 +58,14 @@ from subvec._slab import FinalObsInBlock
 from subvec._spaces import BY_VALUE, Stored, check_batch_layout
 from subvec.errors import BrokenVectorEnvError, add_note
 
-__all__ = ["DEFAULT_AUTORESET", "VectorFront"]
+__all__ = ["DEFAULT_AUTORESET", "EnvIds", "ResetOptions", "VectorFront"]
+
+#: ``reset(options=...)``: one dict for every env, one dict (or None) per env, or None
+ResetOptions = dict[str, Any] | Sequence[dict[str, Any] | None] | None
+#: the options that go to the envs: a dict for all, a checked per-env list, or None
+EnvOptions = dict[str, Any] | list[dict[str, Any] | None] | None
+#: ``env_ids=``: env indices (a list, tuple, range or 1-d integer array), or None for all
+EnvIds = Sequence[int] | np.ndarray | None
 
 #: How long close() waits for workers to finish their envs' close() before escalating.
 DEFAULT_CLOSE_TIMEOUT = 10.0
@@ -108,6 +117,11 @@ def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
         f"autoreset_mode must be one of {[m.value for m in AutoresetMode]} or an AutoresetMode, "
         f"got {mode!r}"
     )
+
+
+def _unit_options(options: EnvOptions, unit: Unit) -> EnvOptions:
+    """The part of a reset's options that goes to ``unit``: a per-env list is sliced."""
+    return options[unit.lo : unit.hi] if isinstance(options, list) else options
 
 
 def _copy_nest(obs: Any) -> Any:
@@ -268,7 +282,14 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
         #: the units a broken vector env has lost, by index (``reset()`` rebuilds them)
         self._broken_units: set[int] = set()
         self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
+        #: the options the pending reset names (a restart during it resets with them too)
+        self._reset_named: EnvOptions = None
         self._env_obs: list[Any] = [None] * n
+        #: per env: the options its resets get when none are named (``set_reset_options``)
+        self._reset_options: list[dict[str, Any] | None] = [None] * n
+        #: the pending call's env ids (None: every env) and the units it went to
+        self._call_ids: list[int] | None = None
+        self._call_units: frozenset[int] | None = None
         self._start_async(batch)
         self._start_recycling()
 
@@ -364,15 +385,32 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
 
     # --- sending and collecting --------------------------------------------------------------
 
-    def _send(self, command: Command, payload: Any = None, per_unit: Any = None) -> None:
+    def _send(
+        self,
+        command: Command,
+        payload: Any = None,
+        per_unit: Any = None,
+        only: frozenset[int] | None = None,
+    ) -> None:
+        """Send ``command`` to every unit (those of ``only``, by index, when given), but not
+        to those that answer this step with a restart's reset."""
         skip = self._answered
+        if only is not None:  # an addressed call (never a step: the step path stays as it is)
+            for backend in self._backends:
+                chosen = [u for u in backend.units if u.index in only and u.index not in skip]
+                if chosen:
+                    backend.send(command, payload, per_unit=per_unit, units=chosen)
+            return
         for backend in self._backends:
             units = [u for u in backend.units if u.index not in skip] if skip else None
             backend.send(command, payload, per_unit=per_unit, units=units)
 
-    def _collect(self, state: _State, timeout: float | None) -> list[Part]:
-        """Wait for every unit's answer to the pending call and return the parts that say
-        something, in env order (see ``_merge``).
+    def _collect(
+        self, state: _State, timeout: float | None, only: frozenset[int] | None = None
+    ) -> list[Part]:
+        """Wait for every unit's answer (each of ``only``'s, when the call went to those) to
+        the pending call and return the parts that say something, in env order (see
+        ``_merge``).
 
         Failures: with on_worker_failure="raise", a death breaks the env and a timeout returns
         it to idle (late replies are dropped by seq); both raise. With "restart", each failed
@@ -387,15 +425,24 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
         if answered:
             self._answered = {}
         try:
-            collected = [
-                b.collect(
-                    timeout,
-                    what,
-                    units=[u for u in b.units if u.index not in answered] if answered else None,
-                    stop_at_death=not restart,
-                )
-                for b in self._collect_order
-            ]
+            if only is None:
+                collected = [
+                    b.collect(
+                        timeout,
+                        what,
+                        units=[u for u in b.units if u.index not in answered] if answered else None,
+                        stop_at_death=not restart,
+                    )
+                    for b in self._collect_order
+                ]
+            else:  # an addressed call: only the units it went to
+                collected = []
+                for b in self._collect_order:
+                    units = [u for u in b.units if u.index in only and u.index not in answered]
+                    if units:
+                        collected.append(
+                            b.collect(timeout, what, units=units, stop_at_death=not restart)
+                        )
         except KeyboardInterrupt:
             # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
             self._state = _State.IDLE
@@ -485,6 +532,9 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
                 return [None] * (unit.hi - unit.lo)
             return request[0][unit.lo : unit.hi]
 
+        def named(unit: Unit) -> EnvOptions:
+            return _unit_options(self._reset_named, unit)
+
         call = state is _State.WAITING_CALL
         if call and self._obs_slots is not None:
             self._fresh_obs_slot()  # the resets below must not write into the caller's batch
@@ -495,7 +545,15 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
         build_timeout = self._build_timeout(timeout)
         try:
             for b, mine in by_unit.items():
-                done = self._policy.restart(self._backends[b], mine, timeout, build_timeout, seeds)
+                done = self._policy.restart(
+                    self._backends[b],
+                    mine,
+                    timeout,
+                    build_timeout,
+                    seeds,
+                    self._stored_options,
+                    named if request is not None else None,
+                )
                 outcomes.update(done.outcomes)
                 if done.error is not None:
                     lost = [f.unit.index for f in failures if f.unit.index not in outcomes]
@@ -541,14 +599,18 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
     # --- reset -------------------------------------------------------------------------------
 
     def reset(
-        self, *, seed: SeedArg = None, options: dict[str, Any] | None = None
+        self, *, seed: SeedArg = None, options: ResetOptions = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset every env (or those in ``options["reset_mask"]``) and return the batch.
 
         Args:
             seed: None, an int (env ``i`` gets ``seed + i``) or one seed (or None) per env.
-            options: passed to every env's ``reset``; ``"reset_mask"`` (a bool array of
-                ``num_envs``) resets only those envs and is not passed on.
+            options: a dict passed to every env's ``reset``, whose ``"reset_mask"`` (a bool
+                array of ``num_envs``) resets only those envs and is not passed on; or a
+                list/tuple of ``num_envs`` dicts (or None), env ``i`` getting ``options[i]``
+                (every env resets: a mask is a key of the dict form). An env given no
+                options (None, an empty dict, or a dict holding only the mask) resets with
+                the options :meth:`set_reset_options` stored for it, if any.
 
         Returns:
             ``(observations, infos)`` as SyncVectorEnv returns them.
@@ -559,7 +621,7 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
 
         Raises:
             AlreadyPendingCallError: another call is pending.
-            ValueError, TypeError: bad seeds or reset mask.
+            ValueError, TypeError: bad seeds, options or reset mask (nothing is sent).
             EnvError: an env's reset raised (its type kept, naming the env), or a rebuilt
                 worker's factory raised (the vector env stays broken).
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
@@ -567,7 +629,7 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
         self.reset_async(seed=seed, options=options)
         return self.reset_wait()
 
-    def reset_async(self, seed: SeedArg = None, options: dict[str, Any] | None = None) -> None:
+    def reset_async(self, seed: SeedArg = None, options: ResetOptions = None) -> None:
         """Start resetting; :meth:`reset_wait` returns the result.
 
         Args:
@@ -580,7 +642,7 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
         Raises:
             AlreadyPendingCallError: another call is pending.
             ClosedEnvironmentError: the vector env is closed.
-            ValueError, TypeError: bad seeds or reset mask (nothing is sent).
+            ValueError, TypeError: bad seeds, options or reset mask (nothing is sent).
             EnvError, WorkerDiedError, WorkerTimeoutError: rebuilding a failed worker failed
                 (the vector env stays broken).
         """
@@ -595,10 +657,15 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
         if self._recycling is not None:
             self._recycle_on_reset(seeds, mask)  # before the slot pick: the units change
         self._reset_request = (seeds, mask)
+        self._reset_named = env_options
 
         def payload(unit: Unit) -> ResetPayload:
             sub_mask = None if mask is None else [bool(m) for m in mask[unit.lo : unit.hi]]
-            return ResetPayload(seeds[unit.lo : unit.hi], env_options, sub_mask)
+            # The stored options go along: a unit rebuilt or recycled just now has none yet.
+            stored = self._stored_options(unit)
+            return ResetPayload(
+                seeds[unit.lo : unit.hi], _unit_options(env_options, unit), sub_mask, stored
+            )
 
         if self._any_restarted:
             self._restarted[:] = False
@@ -660,15 +727,124 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
         return rebuilt
 
     def _reset_args(
-        self, seed: SeedArg, options: dict[str, Any] | None
-    ) -> tuple[list[int | None], np.ndarray | None, dict[str, Any] | None]:
+        self, seed: SeedArg, options: ResetOptions
+    ) -> tuple[list[int | None], np.ndarray | None, EnvOptions]:
         """Per-env seeds, the checked ``reset_mask`` (or None), and the options the envs see:
-        the caller's without the mask (the caller's dict is never mutated)."""
+        the caller's dict without the mask (never mutated), or the per-env list, checked.
+
+        Raises:
+            TypeError, ValueError: options that are none of the forms :meth:`reset` takes.
+        """
         seeds = per_env_seeds(seed, self.num_envs)
-        if options is None or "reset_mask" not in options:
+        if options is None:
+            return seeds, None, None
+        if isinstance(options, (list, tuple)):
+            return seeds, None, self._per_env_options(options, "reset(options=...)")
+        if not isinstance(options, dict):
+            raise TypeError(
+                "reset(options=...) takes a dict (every env), a list or tuple of "
+                f"{self.num_envs} dicts or None (one per env), or None; got "
+                f"{type(options).__name__}"
+            )
+        if "reset_mask" not in options:
             return seeds, None, options
         mask = self._check_reset_mask(options["reset_mask"])
         return seeds, mask, {k: v for k, v in options.items() if k != "reset_mask"}
+
+    def _per_env_options(
+        self, options: Sequence[Any], where: str, env_ids: Sequence[int] | None = None
+    ) -> list[dict[str, Any] | None]:
+        """``options`` checked as one dict (or None) per env of ``env_ids`` (None: every env),
+        each a shallow copy (later changes to the caller's dicts do not reach the envs)."""
+        what = "num_envs" if env_ids is None else "len(env_ids)"
+        expected = self.num_envs if env_ids is None else len(env_ids)
+        if len(options) != expected:
+            raise ValueError(
+                f"{where}: a list or tuple of options needs one entry per env ({what} = "
+                f"{expected}), got {len(options)}"
+            )
+        checked: list[dict[str, Any] | None] = []
+        for j, entry in enumerate(options):
+            env = j if env_ids is None else env_ids[j]
+            if entry is None:
+                checked.append(None)
+                continue
+            if not isinstance(entry, dict):
+                raise TypeError(
+                    f"{where}: the options of env {env} (entry {j}) must be a dict or None, "
+                    f"got {type(entry).__name__}"
+                )
+            if "reset_mask" in entry:
+                raise ValueError(
+                    f"{where}: the options of env {env} (entry {j}) hold 'reset_mask', which "
+                    "is not an option of one env's reset: pass options={'reset_mask': mask} "
+                    "(gymnasium's form), and per-env options with set_reset_options()"
+                )
+            checked.append(dict(entry))
+        return checked
+
+    def set_reset_options(
+        self,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
+        env_ids: Sequence[int] | np.ndarray | None = None,
+    ) -> None:
+        """Store the options that the envs ``env_ids`` reset with from now on whenever no
+        options are named for them: their automatic resets (every autoreset mode), the
+        reset of a restarted or rebuilt worker, and ``reset()`` calls that name no options for
+        them (``options=None``, a None entry, an empty dict or a dict holding only
+        ``"reset_mask"``).
+
+        Args:
+            options: one dict for every env of ``env_ids``, a list/tuple of one dict (or None)
+                per env of ``env_ids``, or None, which clears the stored options.
+            env_ids: the envs (default: every env).
+
+        Raises:
+            ValueError, TypeError: an unknown or repeated env id, a list whose length is not
+                ``len(env_ids)``, or an entry that is not a dict or None (nothing changes).
+            AlreadyPendingCallError: another call is pending.
+            WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
+        """
+        self._begin(_State.WAITING_CALL)
+        ids = self._checked_env_ids(env_ids, "set_reset_options")
+        if ids is None:
+            ids = list(range(self.num_envs))
+        if options is None or isinstance(options, dict):
+            per_env = self._per_env_options([options] * len(ids), "set_reset_options", ids)
+        elif isinstance(options, (list, tuple)):
+            per_env = self._per_env_options(options, "set_reset_options", ids)
+        else:
+            raise TypeError(
+                "set_reset_options(options) takes a dict (every env of env_ids), a list or "
+                "tuple of one dict or None per env of env_ids, or None (clears); got "
+                f"{type(options).__name__}"
+            )
+        for env, opts in zip(ids, per_env):
+            self._reset_options[env] = opts
+        if not ids:
+            return
+        targets = self._by_unit(ids)
+
+        def payload(unit: Unit) -> ResetOptionsPayload:
+            envs = targets[unit.index]
+            return ResetOptionsPayload(
+                [e - unit.lo for e in envs], [self._reset_options[e] for e in envs]
+            )
+
+        only = frozenset(targets)
+        self._send(Command.SET_RESET_OPTIONS, per_unit=payload, only=only)
+        self._state = _State.WAITING_CALL
+        self._collect(_State.WAITING_CALL, None, only)
+
+    @property
+    def reset_options(self) -> tuple[dict[str, Any] | None, ...]:
+        """The options each env's resets get when none are named (:meth:`set_reset_options`)."""
+        return tuple(self._reset_options)
+
+    def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None:
+        """What ``unit``'s envs have stored (for a replacement), or None when nothing is."""
+        stored = self._reset_options[unit.lo : unit.hi]
+        return stored if any(o is not None for o in stored) else None
 
     def _check_reset_mask(self, reset_mask: Any) -> np.ndarray:
         if not isinstance(reset_mask, np.ndarray):
@@ -979,20 +1155,43 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
 
     # --- call / attributes -------------------------------------------------------------------
 
-    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
-        """Start calling method ``name`` of every env; :meth:`call_wait` returns the results.
+    def call_async(self, name: str, /, *args: Any, env_ids: EnvIds = None, **kwargs: Any) -> None:
+        """Start calling method ``name`` of the envs; :meth:`call_wait` returns the results.
 
         Args:
             name: a method or attribute of the envs (through their wrappers).
             *args: positional arguments of the call.
+            env_ids: the envs to call, in the order of the results (default: every env).
+                Only the workers holding them get the command. (A keyword argument of the
+                method named ``env_ids`` cannot be passed through ``call``.)
             **kwargs: keyword arguments of the call.
 
         Raises:
+            ValueError, TypeError: an unknown, negative, repeated or non-integer env id
+                (nothing is sent).
             AlreadyPendingCallError: another call is pending.
             ClosedEnvironmentError: the vector env is closed.
         """
         self._begin(_State.WAITING_CALL)
-        self._send(Command.CALL, CallPayload(name, args, kwargs))
+        ids = self._checked_env_ids(env_ids, "call")
+        self._start_call(CallPayload(name, args, kwargs), ids)
+
+    def _start_call(self, payload: CallPayload, ids: list[int] | None) -> None:
+        """Send a CALL to every unit (``ids`` None) or to the units holding ``ids`` (checked;
+        repeats allowed), each told which of its envs to call, in the order of ``ids``."""
+        self._call_ids = ids
+        if ids is None:
+            self._call_units = None
+            self._send(Command.CALL, payload)
+        else:
+            targets = self._by_unit(ids)
+            self._call_units = frozenset(targets)
+            if targets:
+
+                def per_unit(unit: Unit) -> CallPayload:
+                    return payload._replace(envs=[e - unit.lo for e in targets[unit.index]])
+
+                self._send(Command.CALL, per_unit=per_unit, only=self._call_units)
         self._state = _State.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
@@ -1002,7 +1201,8 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
             timeout: seconds to wait (None: the constructor's ``timeout``).
 
         Returns:
-            One result per env, in env order (the attribute itself if not callable).
+            One result per env called, in the order of its ``env_ids`` (default: env order;
+            the attribute itself if not callable).
 
         Raises:
             NoAsyncCallError: no call is pending.
@@ -1010,54 +1210,185 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._finish(_State.WAITING_CALL, "call_wait")
-        results: list[Any] = []
-        for _, data in self._collect(_State.WAITING_CALL, timeout):
-            results.extend(data)
-        return tuple(results)
+        ids, only = self._call_ids, self._call_units
+        parts = self._collect(_State.WAITING_CALL, timeout, only)
+        if ids is None:
+            results: list[Any] = []
+            for _, data in parts:
+                results.extend(data)
+            return tuple(results)
+        # Each unit answered for its envs in the order of ``ids``: deal them back out.
+        by_lo = {lo: iter(data) for lo, data in parts}
+        los = [unit.lo for unit in self._units]
+        return tuple(next(by_lo[los[bisect_right(los, e) - 1]]) for e in ids)
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call method ``name`` of every env (or read the attribute if not callable).
+    def call(self, name: str, *args: Any, env_ids: EnvIds = None, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of the envs (or read the attribute if not callable).
+
+        Args:
+            name: a method or attribute of the envs (through their wrappers).
+            *args, **kwargs: the call's arguments.
+            env_ids: the envs to call (default: every env); the other envs' workers stay idle.
 
         Returns:
-            One result per env, in env order.
+            One result per env, in the order of ``env_ids`` (default: env order).
 
         Raises:
+            ValueError, TypeError: an unknown, negative, repeated or non-integer env id.
             EnvError: an env raised (its type kept, naming the env).
         """
-        self.call_async(name, *args, **kwargs)
+        self.call_async(name, *args, env_ids=env_ids, **kwargs)
         return self.call_wait()
 
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """The attribute ``name`` of every env (through wrappers), in env order."""
-        return self.call(name)
+    def _call_envs(
+        self,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        env_ids: Sequence[int] | None,
+        name: str,
+    ) -> tuple[Any, ...]:
+        """``function(env, *args)`` on each env of ``env_ids`` (valid indices; repeats run
+        again; None: every env), results in that order: the SB3 face's per-env operations.
+        ``name`` names the operation in error reports."""
+        self._begin(_State.WAITING_CALL)
+        ids = None if env_ids is None else [int(e) for e in env_ids]
+        self._start_call(CallPayload(name, args, {}, None, function), ids)
+        return self.call_wait()
 
-    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        """Set ``name`` on every env.
+    def get_attr(self, name: str, env_ids: EnvIds = None) -> tuple[Any, ...]:
+        """The attribute ``name`` of the envs (through wrappers).
+
+        Args:
+            name: the attribute.
+            env_ids: the envs to read (default: every env).
+
+        Returns:
+            One value per env, in the order of ``env_ids`` (default: env order).
+
+        Raises:
+            ValueError, TypeError: an unknown, negative, repeated or non-integer env id.
+        """
+        return self.call(name, env_ids=env_ids)
+
+    def set_attr(
+        self, name: str, values: list[Any] | tuple[Any, ...] | Any, env_ids: EnvIds = None
+    ) -> None:
+        """Set ``name`` on the envs.
 
         Args:
             name: the attribute (set through wrappers).
-            values: a list/tuple of one value per env, or one value for all.
+            values: a list/tuple of one value per env of ``env_ids``, or one value for all.
+            env_ids: the envs to set (default: every env); the other envs' workers stay idle.
 
         Raises:
-            ValueError: a list/tuple whose length is not ``num_envs``.
+            ValueError: a list/tuple whose length is not ``len(env_ids)`` (``num_envs``), or
+                an unknown, negative or repeated env id (nothing is set).
+            TypeError: a non-integer env id.
             EnvError: an env raised (its type kept, naming the env).
         """
         self._begin(_State.WAITING_CALL)
+        ids = self._checked_env_ids(env_ids, "set_attr")
         if not isinstance(values, (list, tuple)):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
-            raise ValueError(
-                "Values must be a list or tuple with length equal to the number of environments. "
-                f"Got `{len(values)}` values for {self.num_envs} environments."
+            values = [values] * (self.num_envs if ids is None else len(ids))
+        if ids is None:
+            if len(values) != self.num_envs:
+                raise ValueError(
+                    "Values must be a list or tuple with length equal to the number of "
+                    f"environments. Got `{len(values)}` values for {self.num_envs} environments."
+                )
+            per_env = list(values)
+            self._send(
+                Command.SET_ATTR, per_unit=lambda u: SetAttrPayload(name, per_env[u.lo : u.hi])
             )
-        per_env = list(values)
-        self._send(Command.SET_ATTR, per_unit=lambda u: SetAttrPayload(name, per_env[u.lo : u.hi]))
-        self._state = _State.WAITING_CALL
-        self._collect(_State.WAITING_CALL, None)
+            self._state = _State.WAITING_CALL
+            self._collect(_State.WAITING_CALL, None)
+            return
+        if len(values) != len(ids):
+            raise ValueError(
+                f"set_attr({name!r}): a list or tuple of values needs one value per env of "
+                f"env_ids ({len(ids)}: {ids}), got {len(values)} values; pass one value "
+                "(not a list) to set it on every env of env_ids"
+            )
+        value_of = dict(zip(ids, values))
+        targets = self._by_unit(ids)
+        if not targets:
+            return
 
-    def render(self) -> tuple[Any, ...] | None:
-        """The frames of every env, as ``call("render")``."""
-        return self.call("render")
+        def per_unit(unit: Unit) -> SetAttrPayload:
+            envs = targets[unit.index]
+            return SetAttrPayload(name, [value_of[e] for e in envs], [e - unit.lo for e in envs])
+
+        only = frozenset(targets)
+        self._send(Command.SET_ATTR, per_unit=per_unit, only=only)
+        self._state = _State.WAITING_CALL
+        self._collect(_State.WAITING_CALL, None, only)
+
+    def render(self, env_ids: EnvIds = None) -> tuple[Any, ...] | None:
+        """The frames of the envs, as ``call("render", env_ids=env_ids)``.
+
+        Args:
+            env_ids: the envs to render (default: every env).
+        """
+        return self.call("render", env_ids=env_ids)
+
+    def _checked_env_ids(self, env_ids: EnvIds, where: str) -> list[int] | None:
+        """``env_ids`` as a list of distinct env indices in ``[0, num_envs)`` (None stays None).
+
+        Raises:
+            TypeError: not a sequence of ints (a bare int, floats, bools, strings).
+            ValueError: an index out of range, negative or repeated.
+        """
+        if env_ids is None:
+            return None
+        n = self.num_envs
+        expected = f"a list, tuple or 1-d array of distinct env indices in [0, {n})"
+        if isinstance(env_ids, (int, np.integer)):
+            raise TypeError(
+                f"{where}: env_ids must be {expected}, got the int {env_ids!r}; pass [{env_ids!r}]"
+            )
+        if isinstance(env_ids, np.ndarray):
+            if env_ids.ndim != 1 or not (
+                env_ids.size == 0 or np.issubdtype(env_ids.dtype, np.integer)
+            ):
+                raise TypeError(
+                    f"{where}: env_ids must be {expected}, got an array of shape "
+                    f"{env_ids.shape} and dtype {env_ids.dtype}"
+                )
+            items: list[Any] = env_ids.tolist()
+        elif isinstance(env_ids, (str, bytes, dict)) or not isinstance(env_ids, Iterable):
+            raise TypeError(f"{where}: env_ids must be {expected}, got {env_ids!r}")
+        else:
+            items = list(env_ids)
+        ids: list[int] = []
+        for item in items:
+            if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+                raise TypeError(
+                    f"{where}: env_ids must be {expected}, got {item!r} "
+                    f"({type(item).__name__}) in {items!r}"
+                )
+            ids.append(int(item))
+        bad = [e for e in ids if not 0 <= e < n]
+        if bad:
+            raise ValueError(
+                f"{where}: env_ids {bad} out of range: expected env indices in [0, {n}) (the "
+                f"envs are 0..{n - 1}; negative indices are refused), got {ids}"
+            )
+        if len(set(ids)) != len(ids):
+            repeated = sorted({e for e in ids if ids.count(e) > 1})
+            raise ValueError(
+                f"{where}: env_ids {ids} repeat env(s) {repeated}: expected each env once"
+            )
+        return ids
+
+    def _by_unit(self, ids: Sequence[int]) -> dict[int, list[int]]:
+        """The envs of ``ids`` (valid indices) by the index of the unit holding them, each
+        unit's in the order of ``ids``."""
+        los = [unit.lo for unit in self._units]
+        targets: dict[int, list[int]] = {}
+        for e in ids:
+            unit = self._units[bisect_right(los, e) - 1]
+            targets.setdefault(unit.index, []).append(e)
+        return targets
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]

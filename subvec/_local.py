@@ -99,13 +99,19 @@ class LocalShare:
         if command is Command.STEP:
             self._pending = lambda: slab.step() if payload is None else slab.step_with(payload)
         elif command is Command.RESET:
-            self._pending = lambda: slab.reset(payload.seeds, payload.options, payload.mask)
+            self._pending = lambda: slab.reset(
+                payload.seeds, payload.options, payload.mask, payload.stored
+            )
         elif command is Command.STEP_ENVS:
             self._pending = lambda: slab.step_envs(payload.envs, payload.actions)
         elif command is Command.CALL:
-            self._pending = lambda: slab.call(payload.name, payload.args, payload.kwargs)
+            self._pending = lambda: slab.call(
+                payload.name, payload.args, payload.kwargs, payload.envs, payload.function
+            )
         elif command is Command.SET_ATTR:
-            self._pending = lambda: slab.set_attr(payload.name, payload.values)
+            self._pending = lambda: slab.set_attr(payload.name, payload.values, payload.envs)
+        elif command is Command.SET_RESET_OPTIONS:
+            self._pending = lambda: slab.set_reset_options(payload.envs, payload.options)
         else:
             raise ValueError(f"the parent's own envs take no {command.name} command")
 
@@ -142,7 +148,7 @@ class LocalShare:
                 ]
                 return Status.OK_PAYLOAD, (result.infos, result.obs, errors)
             return Status.OK_PAYLOAD, (result.infos, result.obs)
-        if result is None:  # set_attr
+        if result is None:  # set_attr, set_reset_options
             return PLAIN
         return Status.OK_PAYLOAD, result
 

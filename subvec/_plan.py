@@ -8,6 +8,7 @@ no patched machine facts). The vector env plans once, at construction; see docs/
 from __future__ import annotations
 
 import multiprocessing
+import select
 import sys
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
@@ -215,6 +216,34 @@ def plan_layout(
         partner=partner,
         max_active=max_active,
     )
+
+
+def check_platform(platform: str | None = None, has_poll: bool | None = None) -> None:
+    """Refuse a platform the process backend cannot run on, saying why.
+
+    The parent and the workers frame messages on the raw file descriptors of their pipes
+    (``os.read``/``os.write``) and wait on them with ``select.poll``. On Windows the pipes of
+    multiprocessing are named-pipe handles, not file descriptors, and ``select.poll`` does not
+    exist. Linux is tested; macOS has both, and its other differences (spawn by default, no
+    CPU affinity, no ``/dev/shm`` or sysfs) are guarded where they are used.
+
+    Args:
+        platform: ``sys.platform`` (default: this one's).
+        has_poll: whether ``select.poll`` exists (default: this interpreter's).
+
+    Raises:
+        NotImplementedError: on Windows or without ``select.poll``.
+    """
+    platform = sys.platform if platform is None else platform
+    has_poll = hasattr(select, "poll") if has_poll is None else has_poll
+    if platform == "win32" or not has_poll:
+        raise NotImplementedError(
+            f"subvec's process backend does not run on {platform}: its workers exchange "
+            "frames over raw pipe file descriptors and wait with select.poll"
+            + (", and Windows has neither" if platform == "win32" else ", which is missing")
+            + ". Use gymnasium.vector.AsyncVectorEnv there (or WSL); Linux is tested, macOS "
+            "is meant to work"
+        )
 
 
 def _default_start_method() -> str:

@@ -807,7 +807,7 @@ PLAIN_OK: Reply = (Status.OK, b"")
 #: commands whose payloads may hold lambdas and closures (a call's arguments, attribute values)
 #: or objects of the script's own classes (reset options): a worker does not run the script, so
 #: pickle's reference to ``__main__.Name`` would not resolve there; cloudpickle sends them by value
-_CLOUDPICKLED = (Command.CALL, Command.SET_ATTR, Command.RESET)
+_CLOUDPICKLED = (Command.CALL, Command.SET_ATTR, Command.RESET, Command.SET_RESET_OPTIONS)
 #: commands that run envs, and so take turns with ``max_active`` (gymnasium's max_concurrency
 #: limits ``step`` and ``reset``; calls and attributes run everywhere at once)
 _IN_TURNS = (Command.STEP, Command.RESET)

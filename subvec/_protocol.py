@@ -25,7 +25,7 @@ import os
 import pickle
 import struct
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -42,6 +42,7 @@ __all__ = [
     "CallPayload",
     "Command",
     "ErrorRecord",
+    "ResetOptionsPayload",
     "ResetPayload",
     "SetAttrPayload",
     "Status",
@@ -75,6 +76,7 @@ class Command(IntEnum):
     CLOSE = 6  # payload: empty; the worker closes its envs, replies, exits
     STEP_ENVS = 7  # payload: encode_step_envs(StepEnvsPayload); some envs (asynchronous)
     STATS = 8  # payload: empty; the reply is a pickled WorkerCounters
+    SET_RESET_OPTIONS = 9  # payload: ResetOptionsPayload; the options of later autoresets
 
 
 class Status(IntEnum):
@@ -188,12 +190,24 @@ class AttachSpec:
 
 
 class ResetPayload(NamedTuple):
-    """RESET: one seed per env of the unit, the options every env gets, and which envs reset
-    (None: all)."""
+    """RESET: one seed per env of the unit, the options (one dict every env gets, or one dict
+    or None per env of the unit; None: each env's stored options, see
+    :class:`ResetOptionsPayload`), and which envs reset (None: all)."""
 
     seeds: Sequence[int | None]
-    options: dict[str, Any] | None
+    options: dict[str, Any] | Sequence[dict[str, Any] | None] | None
     mask: Sequence[bool] | None
+    #: the envs' stored options, one per env, kept before they reset: a replacement (restarted,
+    #: rebuilt, recycled) has none yet (None: none are stored)
+    stored: Sequence[dict[str, Any] | None] | None = None
+
+
+class ResetOptionsPayload(NamedTuple):
+    """SET_RESET_OPTIONS: the options these envs (local indices) reset with from now on when
+    no options are named for them (their autoresets); None clears an env's."""
+
+    envs: Sequence[int]
+    options: Sequence[dict[str, Any] | None]
 
 
 class StepEnvsPayload(NamedTuple):
@@ -243,18 +257,25 @@ class StepPayload(NamedTuple):
 
 
 class CallPayload(NamedTuple):
-    """CALL: ``env.get_wrapper_attr(name)``, called with the arguments if callable."""
+    """CALL: ``env.get_wrapper_attr(name)``, called with the arguments if callable, on the
+    unit's envs ``envs`` (local indices, in that order, repeats run again; None: every env).
+    The reply holds one result per env called, in that order."""
 
     name: str
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    envs: Sequence[int] | None = None
+    #: run ``function(env, *args, **kwargs)`` instead of the attribute ``name`` (the SB3
+    #: face's per-env operations: a module-level function, pickled by reference)
+    function: Callable[..., Any] | None = None
 
 
 class SetAttrPayload(NamedTuple):
-    """SET_ATTR: one value per env of the unit."""
+    """SET_ATTR: one value per env of the unit, or per env of ``envs`` (local indices)."""
 
     name: str
     values: Sequence[Any]
+    envs: Sequence[int] | None = None
 
 
 # --- remote errors -------------------------------------------------------------------------

@@ -203,6 +203,7 @@ class RecyclingFront:
         def _all_units(self) -> list[Unit]: ...
         def _break(self, units: list[int], reason: str) -> None: ...
         def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
+        def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None: ...
 
     @property
     def recycles(self) -> list[RestartRecord]:
@@ -248,7 +249,8 @@ class RecyclingFront:
         timeout = self.default_timeout
         backend = self._backends[self._backend_of(unit)]
         seeds = [policy.seed_for(i) for i in range(unit.lo, unit.hi)]
-        backend.send(Command.RESET, ResetPayload(seeds, None, None), units=[unit])
+        payload = ResetPayload(seeds, None, None, self._stored_options(unit))
+        backend.send(Command.RESET, payload, units=[unit])
         got = backend.collect(timeout, "resetting a recycled worker", units=[unit])
         if got is None:
             return PLAIN

@@ -2,17 +2,15 @@
 
 SB3's ``VecEnv`` addresses single envs (``env_method("f", indices=[2])``), checks wrappers
 (``env_is_wrapped(Monitor)``) and sets attributes its own way (``setattr`` on the outermost
-wrapper). The core's ``call(name, *args)`` runs the attribute ``name`` of *every* env, so each
-env built for the SB3 face carries one extra attribute, :data:`OPS_ATTR`: an :class:`EnvOps`
-that knows its env and the env's global index. ``call(OPS_ATTR, op, targets, payload)`` then
-runs ``op`` on the targeted envs only; the others answer ``None`` at once::
+wrapper, where gymnasium's ``set_wrapper_attr`` sets the innermost layer that has it). The SB3
+face has the core run :func:`run_op` on the envs of ``indices`` only (a CALL that names the
+envs; only the workers holding them get it, repeated indices run again)::
 
-    parent (subvec.sb3)                          worker, for each of its envs
-    call(OPS_ATTR, Op.ENV_METHOD,          ──►   env.get_wrapper_attr(OPS_ATTR) -> EnvOps
-         {2: 1}, pickle(("f", args, kw)))        index 2 targeted once: unpickle args (a copy
-                                                 per env, as one-process-per-env SB3 gives),
-    per-env lists, reassembled in          ◄──   run op -> [result]; other envs -> None
-    the order of ``indices``
+    parent (subvec.sb3)                          worker holding env 2
+    _call_envs(run_op, (Op.ENV_METHOD,     ──►   for env 2: unpickle the arguments (a copy
+               pickle(("f", args, kw))),         per env, as one process per env gives),
+               env_ids=[2])                      run_op -> its result
+    the results, in the order of indices   ◄──
 
 This module must stay importable without Stable-Baselines3 or torch: workers unpickle the
 factories that reference it, and a worker should not pay for torch unless its env needs it.
@@ -21,20 +19,17 @@ factories that reference it, and a worker should not pay for torch unless its en
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 import gymnasium as gym
 
-__all__ = ["OPS_ATTR", "EnvOps", "Op", "OpsFactory", "class_path"]
-
-#: The attribute every env of a ``subvec.sb3.SubprocVecEnv`` carries.
-OPS_ATTR = "_subvec_ops"
+__all__ = ["Op", "SB3EnvFactory", "class_path", "run_op"]
 
 
 class Op(enum.Enum):
-    """What :class:`EnvOps` can do to one env, mirroring SB3's SubprocVecEnv worker."""
+    """What :func:`run_op` can do to one env, mirroring SB3's SubprocVecEnv worker."""
 
     GET_ATTR = "get_attr"
     HAS_ATTR = "has_attr"
@@ -98,55 +93,27 @@ _OPS: dict[Op, Callable[..., Any]] = {
 }
 
 
-class EnvOps:
-    """Bound to one env and its global index; called through the core's ``call``."""
+def run_op(env: gym.Env[Any, Any], op: Op, payload: bytes) -> Any:
+    """Run ``op`` on ``env`` with the arguments pickled in ``payload``: the function the SB3
+    face has the core call on each targeted env (``VectorFront._call_envs``).
 
-    __slots__ = ("env", "index")
-
-    def __init__(self, env: gym.Env[Any, Any], index: int) -> None:
-        self.env = env
-        self.index = index
-
-    def __call__(self, op: Op, targets: Mapping[int, int] | None, payload: bytes) -> Any:
-        """Run ``op`` once per time this env is targeted (``targets``: env index -> count;
-        ``None``: every env once). Returns a list of results, or ``None`` if not targeted."""
-        times = 1 if targets is None else targets.get(self.index, 0)
-        if not times:
-            return None
-        fn = _OPS[op]
-        results = []
-        for _ in range(times):
-            # Unpickled per env and per call: each env gets its own copy of the arguments, as
-            # with one process per env, even when several envs share a worker.
-            args = cloudpickle.loads(payload)
-            results.append(fn(self.env, *args))
-        return results
-
-
-class _OpsCarrier(gym.Wrapper[Any, Any, Any, Any]):
-    """Used only when an env refuses new attributes (``__slots__``, a custom ``__setattr__``)."""
-
-
-class OpsFactory:
-    """Picklable env factory: builds the user's env and gives it an :class:`EnvOps`.
-
-    Old ``gym`` envs are converted the way SB3 does (``_patch_env``, via shimmy); SB3 is only
-    imported in the worker for those.
+    The arguments are unpickled here, per env and per call: each env gets its own copy of them,
+    as with one process per env, even when several envs share a worker.
     """
+    return _OPS[op](env, *cloudpickle.loads(payload))
 
-    def __init__(self, fn: Callable[[], Any], index: int) -> None:
+
+class SB3EnvFactory:
+    """Picklable env factory: builds the user's env, converting old ``gym`` envs the way SB3
+    does (``_patch_env``, via shimmy); SB3 is only imported in the worker for those."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
         self.fn = fn
-        self.index = index
 
     def __call__(self) -> gym.Env[Any, Any]:
-        env: gym.Env[Any, Any] = self.fn()
+        env: Any = self.fn()
         if not isinstance(env, gym.Env):
             from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
             env = _patch_env(env)
-        try:
-            setattr(env, OPS_ATTR, EnvOps(env, self.index))
-        except (AttributeError, TypeError):
-            env = _OpsCarrier(env)
-            setattr(env, OPS_ATTR, EnvOps(env, self.index))
-        return env
+        return env  # type: ignore[no-any-return]

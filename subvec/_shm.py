@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
@@ -216,6 +217,15 @@ def add_cli_parser(subparsers: Any) -> None:
 
 
 def _cli(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.dir):
+        # macOS keeps POSIX shared memory out of the file system: nothing can be listed, and
+        # the resource tracker is what unlinks a dead process's segments there.
+        print(
+            f"{args.dir} does not exist ({sys.platform}): no segments can be listed. On "
+            "macOS POSIX shared memory is not in the file system; multiprocessing's resource "
+            "tracker unlinks the segments of dead processes there"
+        )
+        return 0
     removed = remove_stale_segments(args.dir) if args.clean else []
     for name in removed:
         print(f"removed {name}")

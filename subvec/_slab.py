@@ -15,6 +15,10 @@ The autoreset logic mirrors gymnasium 1.x SyncVectorEnv so that results are byte
   final info is empty (:class:`FinalObsInBlock`).
 - DISABLED: the caller resets ended envs with ``reset(mask=...)``; stepping one is refused by the
   vector env before it gets here.
+
+Each env has stored reset options (:meth:`EnvSlab.set_reset_options`, None by default): every
+reset that names no options for the env (None or an empty dict) gets them, its autoresets in
+every mode included.
 """
 
 from __future__ import annotations
@@ -140,6 +144,8 @@ class EnvSlab:
         #: local index of the env being driven; tells error reports which env raised
         self.current = 0
         self.arrays: SlabArrays | None = None
+        #: per env: the options of its resets that name none (its autoresets); None: none
+        self.reset_options: list[dict[str, Any] | None] = [None] * len(self.envs)
 
     @property
     def current_env(self) -> int:
@@ -158,21 +164,49 @@ class EnvSlab:
                 result.obs = []
             result.obs.append((i, obs))
 
+    def set_reset_options(
+        self, envs: Sequence[int], options: Sequence[dict[str, Any] | None]
+    ) -> None:
+        """Store ``options[j]`` as the reset options of local env ``envs[j]`` (None clears)."""
+        for i, opts in zip(envs, options):
+            self.reset_options[i] = opts
+
+    def _autoreset(self, i: int) -> tuple[Any, dict[str, Any]]:
+        """Reset env ``i`` on its own behalf: with its stored options, if any."""
+        options = self.reset_options[i]
+        if options is None:
+            return self.envs[i].reset()
+        return self.envs[i].reset(options=options)
+
     def reset(
         self,
         seeds: Sequence[int | None],
-        options: dict[str, Any] | None,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
         mask: Sequence[bool] | None = None,
+        stored: Sequence[dict[str, Any] | None] | None = None,
     ) -> SlabResult:
-        """Reset every env (or those where ``mask`` is True) with its own seed."""
+        """Reset every env (or those where ``mask`` is True) with its own seed.
+
+        Args:
+            seeds: one seed (or None) per env.
+            options: one dict for every env, or one dict (or None) per env; an env given
+                None or an empty dict resets with its stored options, if it has any.
+            mask: which envs reset (None: all).
+            stored: first replace every env's stored options with these (a replacement's).
+        """
         arrays = self.arrays
         assert arrays is not None, "bind() first"
+        if stored is not None:
+            self.reset_options = list(stored)
         result = SlabResult()
         for i, env in enumerate(self.envs):
             if mask is not None and not mask[i]:
                 continue
             self.current = i
-            obs, info = env.reset(seed=seeds[i], options=options)
+            opts = options if options is None or isinstance(options, dict) else options[i]
+            if not opts and self.reset_options[i] is not None:  # none named: the stored ones
+                opts = self.reset_options[i]
+            obs, info = env.reset(seed=seeds[i], options=opts)
             self._emit_obs(result, i, obs)
             arrays.terminations[i] = False
             arrays.truncations[i] = False
@@ -213,7 +247,7 @@ class EnvSlab:
         try:
             for i, env in enumerate(self.envs):
                 if next_step and needs_reset[i]:
-                    obs, info = env.reset()
+                    obs, info = self._autoreset(i)
                     rewards[i] = 0.0
                     terms[i] = False
                     truncs[i] = False
@@ -236,7 +270,7 @@ class EnvSlab:
                             elif info:
                                 kept = {"final_obs": FinalObsInBlock, "final_info": snapshot(info)}
                                 infos.append((i, kept))
-                            obs, info = env.reset()
+                            obs, info = self._autoreset(i)
                         else:
                             needs_reset[i] = True
                 if write is not None:
@@ -274,7 +308,7 @@ class EnvSlab:
                     assert actions is not None
                     action = actions[j]
                 if next_step and self.needs_reset[i]:
-                    obs, info = env.reset()
+                    obs, info = self._autoreset(i)
                     reward: Any = 0.0
                     terminated, truncated = False, False
                     self.needs_reset[i] = False
@@ -287,7 +321,7 @@ class EnvSlab:
                             infos.append((i, {"final_obs": obs, "final_info": info}))
                         elif info:
                             infos.append((i, {"final_obs": FinalObsInBlock, "final_info": info}))
-                        obs, info = env.reset()
+                        obs, info = self._autoreset(i)
                 arrays.rewards[i] = reward
                 arrays.terminations[i] = terminated
                 arrays.truncations[i] = truncated
@@ -300,19 +334,43 @@ class EnvSlab:
         result.errors = errors or None
         return result
 
-    def call(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
-        """``env.get_wrapper_attr(name)`` for each env, called with the arguments if callable."""
+    def call(
+        self,
+        name: str,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        envs: Sequence[int] | None = None,
+        function: Callable[..., Any] | None = None,
+    ) -> list[Any]:
+        """``env.get_wrapper_attr(name)`` for each env, called with the arguments if callable;
+        or ``function(env, *args, **kwargs)``.
+
+        Args:
+            name: the attribute (with ``function``: only named in error reports).
+            args, kwargs: the call's arguments.
+            envs: the local envs to call, in that order (repeats are called again); None: all.
+            function: run this on each env instead of its attribute ``name``.
+
+        Returns:
+            One result per env called, in that order.
+        """
         results = []
-        for i, env in enumerate(self.envs):
+        for i in range(len(self.envs)) if envs is None else envs:
             self.current = i
+            env = self.envs[i]
+            if function is not None:
+                results.append(function(env, *args, **kwargs))
+                continue
             attr = env.get_wrapper_attr(name)
             results.append(attr(*args, **kwargs) if callable(attr) else attr)
         return results
 
-    def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        for i, env in enumerate(self.envs):
+    def set_attr(self, name: str, values: Sequence[Any], envs: Sequence[int] | None = None) -> None:
+        """``env.set_wrapper_attr(name, values[j])`` for the ``j``-th env of ``envs`` (local
+        indices; None: every env)."""
+        for j, i in enumerate(range(len(self.envs)) if envs is None else envs):
             self.current = i
-            env.set_wrapper_attr(name, values[i])
+            self.envs[i].set_wrapper_attr(name, values[j])
 
     def close(self) -> None:
         """Close every env; the first failure is re-raised after all were tried, with

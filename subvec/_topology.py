@@ -24,6 +24,11 @@ Placement rules (``docs/numa.md``):
 - ``pin="node"``: the worker may run on any CPU of its node;
 - ``pin="core"``: one CPU per worker, spreading over physical cores before using hyperthread
   siblings; a node with more workers than CPUs falls back to ``pin="node"`` with a warning.
+
+Platforms: without a sysfs node tree (macOS) the topology is one node of every CPU, so the
+default ``numa="auto"`` places nothing; without CPU affinity (macOS, Windows: no
+``os.sched_getaffinity``/``sched_setaffinity``) every CPU counts as allowed and an explicit
+``numa=`` warns that the workers run unpinned instead of failing in them.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import contextlib
 import ctypes
 import os
 import re
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -179,7 +185,7 @@ class Topology:
         """
         if not isinstance(mapping, Mapping):
             raise TypeError(f"expected a {{node: [cpus]}} mapping, got {type(mapping).__name__}")
-        allowed_cpus = tuple(sorted(os.sched_getaffinity(0) if allowed is None else allowed))
+        allowed_cpus = tuple(sorted(allowed_cpus_now() if allowed is None else allowed))
         nodes = {node: _as_cpus(cpus, f"CPUs of node {node}") for node, cpus in mapping.items()}
         all_cpus = [cpu for cpus in nodes.values() for cpu in cpus]
         return cls(
@@ -254,6 +260,21 @@ def _read_cores(root: Path, cpus: Iterable[int]) -> dict[int, int]:
     return cores
 
 
+def can_pin() -> bool:
+    """Whether this platform can pin a process to CPUs (``os.sched_setaffinity``: Linux and
+    some BSDs; macOS and Windows have no CPU affinity)."""
+    return hasattr(os, "sched_setaffinity")
+
+
+def allowed_cpus_now() -> tuple[int, ...]:
+    """The CPUs this process may run on: its affinity mask (``os.sched_getaffinity``, which
+    reflects ``taskset`` and cpusets), or every CPU where the platform has no affinity
+    (macOS, Windows)."""
+    if hasattr(os, "sched_getaffinity"):
+        return tuple(sorted(os.sched_getaffinity(0)))
+    return tuple(range(os.cpu_count() or 1))
+
+
 def discover(
     sysfs_root: str | os.PathLike[str] = "/sys", allowed: Iterable[int] | None = None
 ) -> Topology:
@@ -267,7 +288,7 @@ def discover(
     online CPU.
     """
     root = Path(sysfs_root)
-    allowed_set = set(os.sched_getaffinity(0) if allowed is None else allowed)
+    allowed_set = set(allowed_cpus_now() if allowed is None else allowed)
     online_text = _read_text(root / "devices" / "system" / "cpu" / "online")
     online = None if online_text is None else parse_cpulist(online_text)
     usable = allowed_set if online is None else allowed_set & set(online)
@@ -396,6 +417,16 @@ def plan_placement(
     topology, forced = resolved
     if not forced and len(topology.nodes) < 2:
         return None
+    if not can_pin():
+        # Only an explicit numa= gets here without a sysfs (a one-node fallback is not placed).
+        warnings.warn(
+            f"numa={numa!r} asks to pin each worker to the CPUs of a NUMA node, but this "
+            f"platform ({sys.platform}) cannot pin processes (no os.sched_setaffinity; Linux "
+            "can): the workers run unpinned",
+            UserWarning,
+            stacklevel=3,
+        )
+        return None
 
     node_ids = list(topology.nodes)
     assigned: dict[int, list[int]] = {node: [] for node in node_ids}
@@ -512,14 +543,14 @@ def apply_placement(placement: Placement | None, *, prefer_memory: bool = True) 
             raise OSError(
                 exc.errno,
                 f"worker {placement.worker}: cannot pin to CPUs {format_cpulist(cpus)} "
-                f"(allowed: {format_cpulist(os.sched_getaffinity(0))}): {exc.strerror}",
+                f"(allowed: {format_cpulist(allowed_cpus_now())}): {exc.strerror}",
             ) from exc
     if placement is not None and placement.node is not None and prefer_memory:
         preferred = _set_preferred_node(placement.node)
     return PlacementReport(
         pid=os.getpid(),
         node=None if placement is None else placement.node,
-        cpus=tuple(sorted(os.sched_getaffinity(0))),
+        cpus=allowed_cpus_now(),
         preferred_node=preferred,
     )
 
@@ -591,10 +622,7 @@ def usable_cpus() -> int:
     limit rounded down (at least 1). A 1.5-CPU limit counts as one CPU: spinning workers or a
     second worker would exhaust the quota and get the whole cgroup throttled (stopped until the
     next period, 100 ms by default), far worse than leaving half a CPU unused."""
-    try:
-        count = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        count = os.cpu_count() or 1
+    count = len(allowed_cpus_now())
     limit = cpu_quota()
     if limit is not None:
         count = min(count, max(1, int(limit)))

@@ -6,7 +6,7 @@
                                                build its k envs from cloudpickled factories
                        READY(hello) ◄───────── report pid, placement, spaces, metadata
     ATTACH(block name, layout) ──────────────► map the shared block, bind the EnvSlab
-    STEP / RESET / CALL / SET_ATTR ─────────► EnvSlab does the work; rows land in the block
+    STEP / RESET / CALL / SET_ATTR / ... ───► EnvSlab does the work; rows land in the block
               OK | OK_PAYLOAD | ERROR ◄─────── one reply per command, same seq
     CLOSE ───────────────────────────────────► close envs, reply, unmap, exit
 
@@ -256,7 +256,7 @@ class _Server:
             return (Status.OK_PAYLOAD if reply else Status.OK), reply
         elif command is Command.RESET:
             reset: proto.ResetPayload = proto.loads(payload)
-            result = slab.reset(reset.seeds, reset.options, reset.mask)
+            result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
         elif command is Command.STEP_ENVS:
             some = proto.decode_step_envs(payload)
             result = slab.step_envs(some.envs, some.actions)
@@ -266,12 +266,17 @@ class _Server:
             return Status.OK_PAYLOAD, self._dump_some(result)
         elif command is Command.CALL:
             call: proto.CallPayload = proto.loads(payload)
-            results = slab.call(call.name, call.args, call.kwargs)
+            results = slab.call(call.name, call.args, call.kwargs, call.envs, call.function)
             what = f"the result of {call.name!r}"
-            return Status.OK_PAYLOAD, self._dump_per_env(results, what, enumerate(results))
+            called = range(len(slab.envs)) if call.envs is None else call.envs
+            return Status.OK_PAYLOAD, self._dump_per_env(results, what, zip(called, results))
         elif command is Command.SET_ATTR:
             set_attr: proto.SetAttrPayload = proto.loads(payload)
-            slab.set_attr(set_attr.name, set_attr.values)
+            slab.set_attr(set_attr.name, set_attr.values, set_attr.envs)
+            return Status.OK, b""
+        elif command is Command.SET_RESET_OPTIONS:
+            options: proto.ResetOptionsPayload = proto.loads(payload)
+            slab.set_reset_options(options.envs, options.options)
             return Status.OK, b""
         elif command is Command.ATTACH:
             self.attach(proto.loads(payload))

@@ -21,6 +21,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
+from subvec._front import ResetOptions
 from subvec._seeding import SeedArg
 from subvec.vector import SubprocVectorEnv
 
@@ -127,7 +128,7 @@ class _FirstSeedVectorEnv(SubprocVectorEnv):
 
     _first_seed: int | None = None
 
-    def reset_async(self, seed: SeedArg = None, options: dict[str, Any] | None = None) -> None:
+    def reset_async(self, seed: SeedArg = None, options: ResetOptions = None) -> None:
         first = self._first_seed
         super().reset_async(seed=first if seed is None else seed, options=options)
         self._first_seed = None  # only once the reset was sent: a refused one keeps it

@@ -5,7 +5,8 @@ rule has no exceptions, so it stays unambiguous: an attribute of the proxy is al
 callable, nothing runs until it is called, and calling it runs ``call`` (which, like
 gymnasium's, returns the attribute's value when it is not callable: ``remote(envs).t()``).
 Names starting with ``_`` are refused, so introspection (``__len__``, ``_repr_html_``, ...)
-never reaches the workers. Works with any vector env that has gymnasium's ``call``.
+never reaches the workers. Works with any vector env that has gymnasium's ``call``; with
+subvec's, ``remote(envs).get_t(1, env_ids=[0, 3])`` addresses those envs only, as ``call`` does.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ info dict per env (``info_format="list"``), translated to SB3's contract:
   list of fresh dicts; an env that ended reports its final step's info plus
   ``terminal_observation`` and ``TimeLimit.truncated`` and is already reset.
 - ``get_attr``, ``set_attr``, ``env_method`` and ``env_is_wrapped`` take ``indices`` and touch
-  only those envs (see ``subvec._sb3_ops``); ``set_attr`` sets the outermost wrapper, as SB3.
+  only those envs, through the core's env-addressed calls (only the workers holding them get
+  a command; see ``subvec._sb3_ops``); ``set_attr`` sets the outermost wrapper, as SB3.
 
 This module imports Stable-Baselines3 (and so torch); ``import subvec`` never imports it.
 """
@@ -26,7 +27,6 @@ This module imports Stable-Baselines3 (and so torch); ``import subvec`` never im
 from __future__ import annotations
 
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -43,7 +43,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from subvec._sb3_ops import OPS_ATTR, Op, OpsFactory, class_path
+from subvec._sb3_ops import Op, SB3EnvFactory, class_path, run_op
 from subvec._spaces import LeafSpec, build_views, is_shareable, leaf_specs
 from subvec.factory import VECTOR_KWARGS, check_kwargs
 from subvec.vector import SubprocVectorEnv
@@ -87,7 +87,7 @@ class SubprocVecEnv(VecEnv):
                 "drop copy=False"
             )
         subvec_kwargs["copy"] = True
-        factories = [OpsFactory(fn, i) for i, fn in enumerate(env_fns)]
+        factories = [SB3EnvFactory(fn) for fn in env_fns]
         #: The :class:`subvec.SubprocVectorEnv` underneath (gymnasium API, placement, ...).
         self.vector_env = SubprocVectorEnv(
             factories,
@@ -121,27 +121,15 @@ class SubprocVecEnv(VecEnv):
     def reset(self) -> VecEnvObs:
         """Reset every env with the pending ``seed()``/``set_options()``; return the obs."""
         venv = self.vector_env
-        n = self.num_envs
         seeds = None if all(s is None for s in self._seeds) else list(self._seeds)
-        groups = _group_options(self._options)
+        # SB3 passes an env its options only when they are non-empty.
+        options = [opts or None for opts in self._options]
         obs: Any
         infos: Any  # info_format="list": one dict per env
-        reset_infos: list[dict[str, Any]]
-        if len(groups) == 1:
-            # SB3 passes options only when non-empty.
-            obs, infos = venv.reset(seed=seeds, options=groups[0][0] or None)
-            reset_infos = list(infos)
-        else:
-            # Per-env options: one masked reset per distinct options dict. (An env whose
-            # options are empty then sees options={} rather than None.)
-            reset_infos = [{} for _ in range(n)]
-            for options, members in groups:
-                mask = np.zeros(n, dtype=np.bool_)
-                mask[members] = True
-                obs, infos = venv.reset(seed=seeds, options={**options, "reset_mask": mask})
-                for i in members:
-                    reset_infos[i] = infos[i]
-        self.reset_infos = reset_infos
+        obs, infos = venv.reset(
+            seed=seeds, options=None if all(o is None for o in options) else options
+        )
+        self.reset_infos = list(infos)
         self._reset_seeds()
         self._reset_options()
         return obs  # type: ignore[no-any-return]
@@ -274,14 +262,15 @@ class SubprocVecEnv(VecEnv):
         return out
 
     def _run(self, op: Op, indices: VecEnvIndices, *args: Any) -> list[Any]:
-        """Run ``op`` on the envs in ``indices`` (in that order, repeats included)."""
+        """Run ``op`` on the envs in ``indices`` (in that order, repeats included): only the
+        workers holding them get the command."""
         targets = self._indices(indices)
         if not targets:
             return []
-        counts = None if indices is None else dict(Counter(targets))
-        per_env = self.vector_env.call(OPS_ATTR, op, counts, cloudpickle.dumps(args))
-        pending = {i: iter(per_env[i]) for i in set(targets)}
-        return [next(pending[i]) for i in targets]
+        ids = None if indices is None else targets
+        payload = (op, cloudpickle.dumps(args))
+        name = f"{op.value} {args[0]!r}"
+        return list(self.vector_env._call_envs(run_op, payload, ids, name))
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         """The attribute of each env in ``indices`` (through wrappers)."""
@@ -383,26 +372,6 @@ def _leaf_values(space: spaces.Space[Any], action: Any) -> Iterator[Any]:
             yield from _leaf_values(sub, action[i])
     else:
         yield action
-
-
-def _group_options(options: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], list[int]]]:
-    """Envs grouped by equal options, in order of first appearance."""
-    groups: list[tuple[dict[str, Any], list[int]]] = []
-    for i, opts in enumerate(options):
-        for known, members in groups:
-            if known is opts or _equal(known, opts):
-                members.append(i)
-                break
-        else:
-            groups.append((opts, [i]))
-    return groups
-
-
-def _equal(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # arrays inside options: ambiguous truth value; keep them apart
-        return False
 
 
 def make_vec_env(

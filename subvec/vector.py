@@ -41,7 +41,13 @@ from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS
 from subvec._front import _WAITING, DEFAULT_AUTORESET, VectorFront, _State
 from subvec._local import LocalShare
-from subvec._plan import Layout, check_max_concurrency, plan_layout, resolve_context
+from subvec._plan import (
+    Layout,
+    check_max_concurrency,
+    check_platform,
+    plan_layout,
+    resolve_context,
+)
 from subvec._pool import WorkerPool, release
 from subvec._protocol import Command
 from subvec._recycle import RecyclePolicy
@@ -123,6 +129,8 @@ class SubprocVectorEnv(VectorFront):
             when its resident memory exceeds this many bytes (read with psutil). None: never.
 
     Raises:
+        NotImplementedError: the platform cannot run the workers (Windows; see
+            ``subvec._plan.check_platform``).
         ValueError: ``worker`` is not None (subvec's workers each run several envs from
             cloudpickled factories and speak their own protocol, so gymnasium's per-env
             worker function cannot run in them), or a bad option value.
@@ -159,6 +167,7 @@ class SubprocVectorEnv(VectorFront):
         worker_max_rss: int | None = None,
     ) -> None:
         super().__init__()
+        check_platform()
         if worker is not None:
             raise ValueError(
                 f"worker={worker!r} is not supported: a subvec worker process runs several "

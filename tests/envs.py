@@ -472,6 +472,37 @@ class StepClockEnv(gym.Env[np.ndarray, int]):
         return np.zeros(2, dtype=np.float32), 0.0, False, False, self._timed()
 
 
+class OptionsEnv(gym.Env[np.ndarray, int]):
+    """Shows the options of its last reset: the observation is ``[level, t]``, where ``level``
+    is ``options["level"]`` (-1 without options), and the reset info holds ``level`` too.
+    Episodes are truncated after ``length`` steps. ``last_options`` is what the last reset
+    got (None and ``{}`` told apart), ``resets`` how many resets it had."""
+
+    def __init__(self, length: int = 2) -> None:
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float64)
+        self.action_space = spaces.Discrete(2)
+        self.length = length
+        self.level = -1
+        self.t = 0
+        self.last_options: dict[str, Any] | None = None
+        self.resets = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.level, self.t], dtype=np.float64)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.last_options = None if options is None else dict(options)
+        self.level = int(options.get("level", -1)) if options else -1
+        self.t = 0
+        self.resets += 1
+        return self._obs(), {"level": self.level}
+
+    def step(self, action: Any):
+        self.t += 1
+        return self._obs(), 1.0, False, self.t >= self.length, {}
+
+
 class EpisodeEnv(gym.Env[np.ndarray, int]):
     """Episodes of exactly ``length`` steps; the observation is ``[pid, t, first obs]`` of the
     process the env runs in, so a test sees which process made every row. ``first`` is drawn

@@ -15,7 +15,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from subvec._slab import EnvSlab, FinalObsInBlock, SlabArrays, final_obs_store
-from tests.envs import LooseDtypeEnv, ZooEnv
+from tests.envs import LooseDtypeEnv, OptionsEnv, ZooEnv
 from tests.helpers import assert_same
 
 BOX = spaces.Box(0, 9, shape=(2, 3), dtype=np.float32)
@@ -367,3 +367,27 @@ def test_close_names_the_env_whose_close_raised() -> None:
     with pytest.raises(KeyError):
         h.slab.close()
     assert h.slab.current_env == 21
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_stored_reset_options_reach_every_reset_that_names_none(mode: AutoresetMode) -> None:
+    h = Harness([lambda: OptionsEnv(length=1)] * 3, mode)
+    slab = h.slab
+    slab.reset([None] * 3, [{"level": 1}, None, {}])
+    assert [int(o[0]) for o in h.obs()] == [1, -1, -1]
+    slab.set_reset_options([2, 0], [{"level": 5}, {"level": 4}])
+    slab.reset([None] * 3, None)  # none named: the stored ones
+    assert [int(o[0]) for o in h.obs()] == [4, -1, 5]
+    slab.reset([None] * 3, {"level": 7}, mask=[True, False, True])  # named: those win
+    assert [e.last_options for e in slab.envs] == [{"level": 7}, None, {"level": 7}]
+    if mode is AutoresetMode.DISABLED:
+        return  # no autoreset: the caller's masked resets (above) are the resets
+    h.step(np.zeros(3, dtype=np.int64))  # every episode ends (length 1)
+    if mode is AutoresetMode.NEXT_STEP:
+        h.step(np.zeros(3, dtype=np.int64))  # reset instead of stepped
+    assert [int(o[0]) for o in h.obs()] == [4, -1, 5]
+    # A replacement's stored options arrive with its first reset and stay.
+    fresh = Harness([lambda: OptionsEnv(length=1)] * 2, mode)
+    fresh.slab.reset([None, None], None, stored=[None, {"level": 3}])
+    assert [int(o[0]) for o in fresh.obs()] == [-1, 3]
+    assert fresh.slab.reset_options == [None, {"level": 3}]
