@@ -287,3 +287,52 @@ def test_thread_caps_reach_the_workers() -> None:
     with RayEnvs([EnvVarEnv] * 2) as envs:
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             assert envs.call("env_var", name) == ("1", "1")
+
+
+# --- make_vec and the SB3 face ------------------------------------------------------------
+
+
+def test_make_vec_with_the_ray_backend_matches_gymnasium() -> None:
+    import subvec
+
+    envs = subvec.make_vec("CartPole-v1", 3, seed=5, backend="ray", num_actors=2)
+    assert isinstance(envs, RayVectorEnv)
+    oracle = gym.make_vec("CartPole-v1", 3, vectorization_mode="sync")
+    try:
+        assert envs.spec is not None and envs.spec.id == "CartPole-v1"
+        assert_same(envs.reset(), oracle.reset(seed=5), "reset")
+        actions = np.array([0, 1, 1])
+        for t in range(20):
+            assert_same(envs.step(actions), oracle.step(actions), f"step {t}")
+    finally:
+        envs.close()
+        oracle.close()
+    with pytest.raises(TypeError, match="(?s)'num_workers'.*accepted: num_actors"):
+        subvec.make_vec("CartPole-v1", 2, backend="ray", num_workers=2)
+
+
+def test_sb3_face_on_the_ray_backend_matches_dummy_vec_env() -> None:
+    sb3 = pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from subvec.sb3 import SubprocVecEnv
+
+    fns = [lambda: gym.make("CartPole-v1")] * 3
+    vec = SubprocVecEnv(fns, backend="ray", num_actors=2)
+    dummy = DummyVecEnv(fns)
+    try:
+        assert isinstance(vec.vector_env, RayVectorEnv)
+        vec.seed(3)
+        dummy.seed(3)
+        assert_same(vec.reset(), dummy.reset(), "reset")
+        actions = np.array([1, 0, 1])
+        for t in range(30):
+            got, want = vec.step(actions), dummy.step(actions)
+            assert_same(got[:3], want[:3], f"step {t}")
+            assert [sorted(i) for i in got[3]] == [sorted(i) for i in want[3]]
+        assert vec.get_attr("spec", [1])[0].id == "CartPole-v1"
+        assert vec.env_method("get_wrapper_attr", "np_random_seed", indices=[0]) == [3]
+    finally:
+        vec.close()
+        dummy.close()
+    assert sb3 is not None
