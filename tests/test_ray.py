@@ -307,7 +307,7 @@ def test_make_vec_with_the_ray_backend_matches_gymnasium() -> None:
     finally:
         envs.close()
         oracle.close()
-    with pytest.raises(TypeError, match="(?s)'num_workers'.*accepted: num_actors"):
+    with pytest.raises(TypeError, match=r"(?s)'num_workers'.*accepted: num_actors"):
         subvec.make_vec("CartPole-v1", 2, backend="ray", num_workers=2)
 
 
