@@ -33,7 +33,7 @@ import cloudpickle
 import numpy as np
 import ray
 from gymnasium import Space
-from gymnasium.vector.utils import iterate
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
 from subvec import _spaces
@@ -43,9 +43,11 @@ from subvec._infos import InfoEvent
 from subvec._protocol import (
     CallPayload,
     Command,
+    ErrorRecord,
     ResetPayload,
     SetAttrPayload,
     Status,
+    StepEnvsPayload,
     StepPayload,
 )
 from subvec.errors import (
@@ -146,6 +148,7 @@ class EnvActor:
         self.env: Any = None
         self.error: BaseException | None = None
         self._seen_restarts = 0
+        self._batch_spaces: dict[int, Space[Any]] = {}
         self._same_step = False
         self._obs_by_value = False
         try:
@@ -218,6 +221,8 @@ class EnvActor:
                 obs, infos = env.reset(seed=list(reset.seeds), options=options)
                 reply = StepReply(self._obs(obs), None, None, None, _events(infos, False))
                 outcome = Status.OK_PAYLOAD, reply
+            elif command == Command.STEP_ENVS:
+                outcome = self._step_envs(payload)
             elif command == Command.CALL:
                 call: CallPayload = payload
                 outcome = Status.OK_PAYLOAD, list(env.call(call.name, *call.args, **call.kwargs))
@@ -233,6 +238,55 @@ class EnvActor:
         except Exception as exc:
             outcome = Status.ERROR, self._global(exc)
         return (*outcome, self._new_restarts())
+
+    def _step_envs(self, payload: StepEnvsPayload) -> tuple[Status, Any]:
+        """Asynchronous stepping's command: step only ``payload.envs`` (local, ascending) with
+        their actions, through the local vector env's own send/recv; answer with their rows
+        (in that order), events and the errors of the envs whose step raised."""
+        env = self.env
+        k = len(payload.envs)
+        space = env.single_action_space
+        out: Any = create_empty_array(space, n=k, fn=np.zeros)
+        batch = concatenate(space, payload.actions, out)
+        env.send(batch, list(payload.envs))
+        rows: dict[int, tuple[Any, float, bool, bool, dict[str, Any]]] = {}
+        errors: list[tuple[int, ErrorRecord]] = []
+        while len(rows) + len(errors) < k:
+            try:
+                obs, rewards, terms, truncs, infos = env.recv(min_envs=1, max_envs=k)
+            except EnvError as exc:  # that env's result; the others stay held
+                local = int(exc.env_index or 0)
+                errors.append((local, ErrorRecord.capture(exc, self.lo + local, "step")))
+                continue
+            items = list(iterate(self._batched(env.single_observation_space, len(infos)), obs))
+            for r, info in enumerate(infos):
+                local = int(info.pop("env_id"))
+                rows[local] = (items[r], rewards[r], terms[r], truncs[r], info)
+        done = [e for e in payload.envs if e in rows]
+        obs_rows = [rows[e][0] for e in done]
+        reply = StepReply(
+            self._obs_batch(obs_rows),
+            np.array([rows[e][1] for e in done], dtype=np.float64),
+            np.array([rows[e][2] for e in done], dtype=np.bool_),
+            np.array([rows[e][3] for e in done], dtype=np.bool_),
+            _events([rows[e][4] for e in done], self._same_step),
+        )
+        # events are numbered by position in ``done``: renumber them by local env
+        events = [(done[i], info) for i, info in reply.events]
+        return Status.OK_PAYLOAD, (reply._replace(events=events), done, errors)
+
+    def _obs_batch(self, obs_rows: list[Any]) -> Any:
+        if self._obs_by_value:
+            return obs_rows
+        space = self.env.single_observation_space
+        out: Any = create_empty_array(space, n=len(obs_rows), fn=np.zeros)
+        return concatenate(space, obs_rows, out)
+
+    def _batched(self, space: Space[Any], n: int) -> Space[Any]:
+        found = self._batch_spaces.get(n)
+        if found is None:
+            found = self._batch_spaces[n] = batch_space(space, n)
+        return found
 
     def _obs(self, obs: Any) -> Any:
         if self._obs_by_value:
@@ -300,16 +354,16 @@ def action_store(
     return _spaces.batch_setter(space, regions.view, num_envs), regions
 
 
-def _assign_rows(batch: Any, rows: Any, lo: int, hi: int) -> None:
-    """``batch[lo:hi] = rows`` through a Dict/Tuple nest."""
+def _assign_rows(batch: Any, rows: Any, where: slice | list[int]) -> None:
+    """``batch[where] = rows`` through a Dict/Tuple nest."""
     if isinstance(batch, np.ndarray):
-        batch[lo:hi] = rows
+        batch[where] = rows
     elif isinstance(batch, dict):
         for key, value in batch.items():
-            _assign_rows(value, rows[key], lo, hi)
+            _assign_rows(value, rows[key], where)
     else:
         for value, part in zip(batch, rows):
-            _assign_rows(value, part, lo, hi)
+            _assign_rows(value, part, where)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -535,21 +589,30 @@ class RayActors:
             return
         if command is Command.STEP or command is Command.RESET:
             reply: StepReply = value
-            lo, hi = unit.lo, unit.hi
-            if reply.rewards is not None:
-                self._rewards[lo:hi] = reply.rewards
-                self._terminations[lo:hi] = reply.terminations
-                self._truncations[lo:hi] = reply.truncations
-            by_value = None
-            if self._observations is None:
-                by_value = reply.obs
-            else:
-                _assign_rows(self._observations, reply.obs, lo, hi)
+            self._write(reply, slice(unit.lo, unit.hi))
+            by_value = reply.obs if self._observations is None else None
             if reply.events or by_value is not None:
                 into.outcomes[unit.index] = (Status.OK_PAYLOAD, (reply.events, by_value))
             return
+        if command is Command.STEP_ENVS:
+            reply, done, errors = value
+            self._write(reply, [unit.lo + e for e in done])
+            by_value = None
+            if self._observations is None:
+                by_value = list(zip(done, reply.obs))
+            into.outcomes[unit.index] = (Status.OK_PAYLOAD, (reply.events, by_value, errors))
+            return
         if status is not Status.OK:
             into.outcomes[unit.index] = (status, value)
+
+    def _write(self, reply: StepReply, where: slice | list[int]) -> None:
+        """An actor's rows into the front's batch arrays (the one copy)."""
+        if reply.rewards is not None:
+            self._rewards[where] = reply.rewards
+            self._terminations[where] = reply.terminations
+            self._truncations[where] = reply.truncations
+        if self._observations is not None:
+            _assign_rows(self._observations, reply.obs, where)
 
     def restart(self, unit: Any, timeout: float | None) -> Unit:
         """Kill ``unit``'s actor and create a fresh one in the same bundle, its envs built (not

@@ -34,6 +34,7 @@ from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
 from tests.envs import ZooEnv, crash_fns, make_zoo  # noqa: E402
 from tests.helpers import assert_same  # noqa: E402
+from tests.test_async import SEED, _compare, _expected, _record  # noqa: E402
 from tests.test_conformance import _zoo_fns, run_side_by_side  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]
@@ -153,6 +154,52 @@ def test_placement_records_and_actor_handles() -> None:
             assert psutil.pid_exists(record.pid) and record.pid != os.getpid()
             assert all(psutil.pid_exists(p) for p in record.worker_pids)
         assert envs.restarts == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "info_format", "batch_size"),
+    [(AutoresetMode.NEXT_STEP, "gymnasium", 2), (AutoresetMode.SAME_STEP, "list", 3)],
+    ids=["next-gymnasium-b2", "same-list-b3"],
+)
+def test_async_send_recv_gives_each_env_its_sync_trajectory(
+    mode: AutoresetMode, info_format: str, batch_size: int
+) -> None:
+    num_envs, steps = 4, 8
+    fns = [make_zoo("dict_nest") for _ in range(num_envs)]
+    rng = np.random.default_rng(3)
+    actions = [rng.integers(0, 3, size=steps).tolist() for _ in range(num_envs)]
+    want = _expected(fns, actions, mode, info_format)
+    got: dict[int, list[Any]] = {}
+    sent = [0] * num_envs
+    with RayEnvs(fns, autoreset_mode=mode, info_format=info_format, batch_size=batch_size) as envs:
+        envs.async_reset(seed=SEED)
+        while envs.in_flight_env_ids or envs.ready_env_ids:
+            ids = _record(got, envs.recv())
+            assert len(ids) <= batch_size
+            todo = [e for e in ids if sent[e] < steps]
+            if todo:
+                envs.send(np.array([actions[e][sent[e]] for e in todo]), todo)
+                for e in todo:
+                    sent[e] += 1
+        _compare(got, want)
+        # idle again: the lock-step contract works and continues each env's episode
+        envs.drain()
+        envs.step(envs.action_space.sample())
+
+
+def test_async_env_error_surfaces_from_recv_and_the_others_are_kept() -> None:
+    fns = crash_fns(4, crash_at=1, how="raise")
+    with RayEnvs(fns, batch_size=4) as envs:
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.send(np.zeros(4, dtype=np.int64), [0, 1, 2, 3])
+        received: list[int] = []
+        with pytest.raises(KeyError) as info:
+            while True:
+                received += envs.recv(min_envs=1, max_envs=1)[4]["env_id"].tolist()
+        assert isinstance(info.value, EnvError) and info.value.env_index == 1
+        received += envs.drain()[4]["env_id"].tolist()
+        assert sorted(received) == [0, 2, 3]
 
 
 # --- failures ------------------------------------------------------------------------------
