@@ -9,6 +9,7 @@ check on child processes.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -383,3 +384,26 @@ def test_sb3_face_on_the_ray_backend_matches_dummy_vec_env() -> None:
         vec.close()
         dummy.close()
     assert sb3 is not None
+
+
+# --- the benchmark ------------------------------------------------------------------------
+
+
+def test_benchmark_runs_tiny_and_writes_its_table(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from tests.helpers import load_script
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_ray.py"
+    bench = load_script("bench_ray_under_test", script)
+    out = bench.main(["--quick", "--out-dir", str(tmp_path)])
+    lines = [json.loads(line) for line in (out / "ray.jsonl").read_text().splitlines()]
+    rows = [r for r in lines if not r.get("facts")]
+    assert {(r["workload"], r["layout"]) for r in rows} == {
+        (w, layout)
+        for w in ("CartPole-v1", "sleep 1 ms")
+        for layout in ("subproc", "ray_2_actors", "ray_actor_per_env")
+    }
+    assert all(r["step_ms"] > 0 for r in rows)
+    assert "Ray overhead per step" in (out / "ray.md").read_text()
+    assert ray.is_initialized()  # the module's Ray: used, not shut down
