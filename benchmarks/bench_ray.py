@@ -3,8 +3,8 @@
     python benchmarks/bench_ray.py                          # the measured run (about a minute)
     python benchmarks/bench_ray.py --quick --out-dir /tmp/x # a smoke run: 2 envs, seconds
 
-``--quick`` never writes to benchmarks/results: without ``--out-dir`` it writes to a new
-temporary directory.
+``--quick`` (CartPole only, 2 envs) never writes to benchmarks/results: without ``--out-dir``
+it writes to a new temporary directory.
 
 Layouts, each stepping the same ``num_envs`` envs lock-step with random actions:
 
@@ -81,12 +81,10 @@ class SleepEnv(gym.Env[np.ndarray, int]):
 
 
 def _workloads(args: Args) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "CartPole-v1": lambda: gym.make("CartPole-v1"),
-        f"sleep {args.sleep_ms:g} ms": _sleep_factory(args.sleep_ms / 1000),
-    }
-    if args.quick:
+    out: dict[str, Any] = {"CartPole-v1": lambda: gym.make("CartPole-v1")}
+    if args.quick:  # the smoke run: one workload
         return out
+    out[f"sleep {args.sleep_ms:g} ms"] = _sleep_factory(args.sleep_ms / 1000)
     try:
         import ale_py
 
