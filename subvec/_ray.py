@@ -328,6 +328,8 @@ class ActorUnit:
     ip: str = ""
     actor_pid: int | None = None
     worker_pids: tuple[int | None, ...] = ()
+    #: the actor's first answer: where it runs, its envs' spaces and metadata
+    hello: dict[str, Any] = field(default_factory=dict)
 
     @property
     def pid(self) -> int | None:
@@ -432,7 +434,7 @@ class RayActors:
             unit.node_id = value["node_id"]
             unit.ip = _node_address(unit.node_id)
             unit.actor_pid, unit.worker_pids = value["pid"], value["worker_pids"]
-            unit.hello = value  # type: ignore[attr-defined]
+            unit.hello = value
 
     def bind(
         self,
@@ -544,7 +546,9 @@ class RayActors:
             refs[entry[0]] = (unit, entry[1])
         if refs:
             need = max(0, min(enough - len(collected.outcomes), len(refs)))
-            ready, pending = ray.wait(list(refs), num_returns=max(need, 1), timeout=timeout)
+            # need 0: take only what is there, without waiting
+            wait = 0.0 if need == 0 else timeout
+            ready, pending = ray.wait(list(refs), num_returns=max(need, 1), timeout=wait)
             if pending:
                 more, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
                 ready = ready + more
@@ -648,6 +652,8 @@ class RayActors:
         Returns the first error an env's close() raised."""
         self._inflight.clear()
         error: BaseException | None = None
+        if not ray.is_initialized():  # Ray was shut down under us: its actors went with it
+            return None
         live = [u for u in self.units_ if u.index not in self._dead]
         closed: set[int] = set()
         try:

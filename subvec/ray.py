@@ -348,7 +348,7 @@ class RayVectorEnv(VectorFront):
         return actor.remote(self._blobs[lo:hi], lo, inner, self._registry, self._caps, replaces)
 
     def _setup(self, backend: RayActors) -> None:
-        hellos = [u.hello for u in backend.units_]  # type: ignore[attr-defined]
+        hellos = [u.hello for u in backend.units_]
         first = hellos[0]
         self.metadata = dict(first["metadata"])
         self.metadata["autoreset_mode"] = self.autoreset_mode
