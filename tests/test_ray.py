@@ -244,6 +244,18 @@ def test_killed_actor_is_restarted_and_its_envs_come_back_truncated() -> None:
         assert "worker_restarted" not in infos
 
 
+def test_hung_actor_is_replaced_under_restart() -> None:
+    fns = crash_fns(2, crash_at=1, how="hang")
+    with RayEnvs(fns, timeout=1.0, on_worker_failure="restart") as envs:
+        envs.reset(seed=0)
+        old = envs.placement[1].pid
+        _, _, _, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
+        assert list(truncated) == [False, True]
+        assert list(infos["_worker_restarted"]) == [False, True]
+        assert envs.placement[1].pid != old and len(envs.restarts) == 1
+        assert "did not answer within 1.0s" in envs.restarts[0].reason
+
+
 def test_worker_dying_inside_an_actor_raises_naming_its_envs() -> None:
     fns = crash_fns(4, crash_at=2, how="exit")
     with RayEnvs(fns, on_worker_failure="raise") as envs:
