@@ -190,8 +190,8 @@ class RayVectorEnv(VectorFront):
             )
         if local_workers is not None and (not isinstance(local_workers, int) or local_workers < 1):
             raise ValueError(
-                f"local_workers must be an int >= 1 (worker processes per actor), got "
-                f"{local_workers!r}"
+                "local_workers must be an int >= 1 (worker processes per actor: each actor's "
+                f"SubprocVectorEnv steps its envs in at least one), got {local_workers!r}"
             )
         self._owns_ray = False
         self._group: PlacementGroup | None = None
@@ -201,7 +201,7 @@ class RayVectorEnv(VectorFront):
         try:
             if not ray.is_initialized():
                 # Started here, so shut down at close (never one the caller started).
-                init: dict[str, Any] = {"address": address, "log_to_driver": False}
+                init: dict[str, Any] = {"address": address}
                 if address is None:
                     init["include_dashboard"] = False
                 ray.init(**init)
