@@ -341,6 +341,19 @@ def test_close_after_an_actor_hung_is_bounded() -> None:
     assert time.monotonic() - start < 6
 
 
+def test_a_placement_group_of_the_callers_is_used_and_left_alone() -> None:
+    group = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
+    ray.get(group.ready(), timeout=20)
+    try:
+        with RayEnvs([make_zoo("box_f32")] * 2, placement=group) as envs:
+            envs.reset(seed=0)
+        assert placement_group_table(group)["state"] == "CREATED"  # not removed by close
+    finally:
+        remove_placement_group(group)
+    with pytest.raises(ValueError, match="placement must be one of"):
+        RayVectorEnv([make_zoo("box_f32")], placement="everywhere")
+
+
 def test_num_cpus_zero_is_refused() -> None:
     with pytest.raises(ValueError, match="num_cpus"):
         RayVectorEnv([make_zoo("box_f32")], actor_options={"num_cpus": 0})
