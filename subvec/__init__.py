@@ -27,6 +27,8 @@ General layout (lower layers never import higher ones):
     factory           make_vec (and the kwargs checks the SB3 face reuses)
     _sb3_ops          per-env operations the SB3 face runs in the workers (no SB3 import)
     sb3               the Stable-Baselines3 VecEnv (imports SB3; never imported from here)
+    _ray, ray         the Ray backend (actors holding SubprocVectorEnvs) and RayVectorEnv
+                      (import ray; never imported from here)
 
 ``import subvec`` never imports torch, Stable-Baselines3 or ray.
 """
@@ -36,6 +38,7 @@ from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
     MissingMainGuardError,
+    PlacementError,
     RecvTimeoutError,
     RemoteEnvError,
     SharedMemoryTooSmallError,
@@ -53,6 +56,7 @@ __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
     "MissingMainGuardError",
+    "PlacementError",
     "RecvTimeoutError",
     "RemoteEnvError",
     "RemoteProxy",

@@ -17,6 +17,7 @@ __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
     "MissingMainGuardError",
+    "PlacementError",
     "RemoteEnvError",
     "RemoteTraceback",
     "SharedMemoryTooSmallError",
@@ -97,6 +98,11 @@ class WorkerTimeoutError(_EnvsTimeout, multiprocessing.TimeoutError):
 class RecvTimeoutError(_EnvsTimeout):
     """``recv`` ran out of time before enough envs were ready. Nothing is lost: the envs named
     in ``env_indices`` stay in flight, and what was collected is returned by a later ``recv``."""
+
+
+class PlacementError(SubvecError, RuntimeError):
+    """A Ray placement group that cannot be placed: more than the cluster has, or not ready
+    within ``start_timeout``. The message names what was asked and what the cluster has."""
 
 
 class BrokenVectorEnvError(SubvecError, RuntimeError):

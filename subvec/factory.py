@@ -14,27 +14,56 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
-from subvec._front import ResetOptions
+from subvec._front import ResetOptions, VectorFront
 from subvec._seeding import SeedArg
 from subvec.vector import SubprocVectorEnv
 
-__all__ = ["VECTOR_KWARGS", "EnvFactory", "check_kwargs", "make_vec"]
+if TYPE_CHECKING:
+    from subvec.ray import RayVectorEnv
 
-#: The options ``make_vec`` passes on to :class:`SubprocVectorEnv` (read from its signature,
-#: so the two never drift apart).
-VECTOR_KWARGS: tuple[str, ...] = tuple(
-    name
-    for name, p in inspect.signature(SubprocVectorEnv.__init__).parameters.items()
-    if name not in ("self", "env_fns")
-    and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-)
+__all__ = ["BACKENDS", "VECTOR_KWARGS", "EnvFactory", "backend_kwargs", "check_kwargs", "make_vec"]
+
+#: ``make_vec(..., backend=)``: worker processes on this machine, or Ray actors (each holding
+#: worker processes) across a cluster
+BACKENDS = ("process", "ray")
+
+
+def _options_of(cls: type) -> tuple[str, ...]:
+    """The options of a vector env class, read from its signature (so they never drift)."""
+    return tuple(
+        name
+        for name, p in inspect.signature(cls.__init__).parameters.items()  # type: ignore[misc]
+        if name not in ("self", "env_fns")
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    )
+
+
+#: The options ``make_vec`` passes on to :class:`SubprocVectorEnv`.
+VECTOR_KWARGS: tuple[str, ...] = _options_of(SubprocVectorEnv)
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+
+
+def backend_kwargs(backend: str) -> tuple[str, ...]:
+    """The options of ``backend``'s vector env class (``"ray"`` imports ray)."""
+    _check_backend(backend)
+    if backend == "ray":
+        from subvec.ray import RayVectorEnv
+
+        return _options_of(RayVectorEnv)
+    return VECTOR_KWARGS
+
 
 # Arguments people bring from gymnasium.make_vec or SubprocVectorEnv, and what to do instead.
 _MAKE_VEC_HINTS = {
@@ -119,8 +148,8 @@ class EnvFactory:
         return f"EnvFactory({target!r}, env_kwargs={self.env_kwargs}, wrappers={self.wrappers})"
 
 
-class _FirstSeedVectorEnv(SubprocVectorEnv):
-    """A SubprocVectorEnv whose first ``reset()`` without a seed uses ``make_vec``'s seed.
+class _FirstSeed(VectorFront):
+    """A vector env whose first ``reset()`` without a seed uses ``make_vec``'s seed.
 
     An explicit seed at that first reset wins; either way the stored seed is then forgotten,
     so later resets keep each env's own stream as usual.
@@ -132,6 +161,20 @@ class _FirstSeedVectorEnv(SubprocVectorEnv):
         first = self._first_seed
         super().reset_async(seed=first if seed is None else seed, options=options)
         self._first_seed = None  # only once the reset was sent: a refused one keeps it
+
+
+class _FirstSeedVectorEnv(_FirstSeed, SubprocVectorEnv):
+    """SubprocVectorEnv with make_vec's first seed."""
+
+
+@functools.cache
+def _first_seed_ray() -> type[RayVectorEnv]:
+    from subvec.ray import RayVectorEnv
+
+    class _FirstSeedRayVectorEnv(_FirstSeed, RayVectorEnv):
+        """RayVectorEnv with make_vec's first seed."""
+
+    return _FirstSeedRayVectorEnv
 
 
 def _resolve_spec(env_id: str | EnvSpec) -> EnvSpec:
@@ -151,8 +194,9 @@ def make_vec(
     seed: int | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
     wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] | None = None,
+    backend: str = "process",
     **vector_kwargs: Any,
-) -> SubprocVectorEnv:
+) -> SubprocVectorEnv | RayVectorEnv:
     """Build ``num_envs`` copies of an env in worker processes, as ``gymnasium.make_vec`` would.
 
     Args:
@@ -164,19 +208,25 @@ def make_vec(
             ``single_action_space``). ``None``: each env draws its own entropy.
         env_kwargs: keyword arguments of ``gym.make(id, ...)`` or of the callable.
         wrappers: callables ``env -> env`` applied to every env, in order.
-        **vector_kwargs: options of :class:`SubprocVectorEnv` (``num_workers``,
-            ``autoreset_mode``, ``info_format``, ``context``, ...); anything else is rejected
-            with a message saying what to change.
+        backend: ``"process"`` (a :class:`SubprocVectorEnv`) or ``"ray"`` (a
+            :class:`subvec.ray.RayVectorEnv`: Ray actors, each holding worker processes;
+            needs ``pip install "subvec[ray]"``).
+        **vector_kwargs: options of the backend's class (``num_workers``, ``autoreset_mode``,
+            ``info_format``, ``context``, ...; for Ray ``num_actors``, ``address``, ...);
+            anything else is rejected with a message saying what to change.
 
     Returns:
-        A :class:`SubprocVectorEnv` (its ``spec`` records the env id and kwargs).
+        A :class:`SubprocVectorEnv` or a ``RayVectorEnv`` (its ``spec`` records the env id
+        and kwargs).
     """
+    _check_backend(backend)
+    cls_name = "RayVectorEnv" if backend == "ray" else "SubprocVectorEnv"
     check_kwargs(
         vector_kwargs,
-        VECTOR_KWARGS,
+        backend_kwargs(backend),
         "make_vec()",
         hints=_MAKE_VEC_HINTS,
-        otherwise="not an option of SubprocVectorEnv; if it is for the env constructor, "
+        otherwise=f"not an option of {cls_name}; if it is for the env constructor, "
         "pass env_kwargs={{{name!r}: ...}}",
     )
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
@@ -205,7 +255,8 @@ def make_vec(
             f"returning an env, got {env_id_or_callable!r}"
         )
 
-    envs = _FirstSeedVectorEnv([factory] * num_envs, **vector_kwargs)
+    cls = _first_seed_ray() if backend == "ray" else _FirstSeedVectorEnv
+    envs = cls([factory] * num_envs, **vector_kwargs)
     if spec is not None:
         # As gymnasium.make_vec records it: the env's kwargs, and num_envs when not 1.
         kwargs = {**spec.kwargs, **(env_kwargs or {})}
@@ -213,6 +264,7 @@ def make_vec(
             kwargs["num_envs"] = num_envs
         envs.spec = dataclasses.replace(spec, kwargs=kwargs)
     if seed is not None:
+        assert isinstance(envs, _FirstSeed)
         envs._first_seed = seed
         envs.action_space.seed(seed)
         envs.single_action_space.seed(seed)

@@ -43,9 +43,10 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from subvec._front import VectorFront
 from subvec._sb3_ops import Op, SB3EnvFactory, class_path, run_op
 from subvec._spaces import LeafSpec, build_views, is_shareable, leaf_specs
-from subvec.factory import VECTOR_KWARGS, check_kwargs
+from subvec.factory import VECTOR_KWARGS, backend_kwargs, check_kwargs
 from subvec.vector import SubprocVectorEnv
 
 __all__ = ["SUBVEC_KWARGS", "SubprocVecEnv", "make_vec_env"]
@@ -60,6 +61,13 @@ _FIXED = {
 SUBVEC_KWARGS: tuple[str, ...] = tuple(k for k in VECTOR_KWARGS if k not in _FIXED)
 
 
+def _allowed(backend: str) -> tuple[str, ...]:
+    """The options the adapter passes on to ``backend``'s vector env (``"ray"`` imports ray)."""
+    if backend == "process":
+        return SUBVEC_KWARGS
+    return tuple(k for k in backend_kwargs(backend) if k not in _FIXED)
+
+
 class SubprocVecEnv(VecEnv):
     """Stable-Baselines3's ``VecEnv`` on subvec's workers and shared memory.
 
@@ -70,16 +78,27 @@ class SubprocVecEnv(VecEnv):
         **subvec_kwargs: options of :class:`subvec.SubprocVectorEnv`: ``num_workers``,
             ``envs_per_worker``, ``shared_memory``, ``daemon``, ``numa``, ``pin``,
             ``observation_mode``, ``timeout``, ``start_timeout``; ``copy`` must stay True (SB3
-            keeps the previous observations while it steps).
+            keeps the previous observations while it steps). With ``backend="ray"``, those
+            of :class:`subvec.ray.RayVectorEnv` (``num_actors``, ``address``, ...).
+        backend: ``"process"`` (a :class:`subvec.SubprocVectorEnv` underneath) or ``"ray"``
+            (a :class:`subvec.ray.RayVectorEnv`: Ray actors, each holding worker processes).
     """
 
     def __init__(
         self,
         env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
         start_method: str | None = None,
+        *,
+        backend: str = "process",
         **subvec_kwargs: Any,
     ) -> None:
-        check_kwargs(subvec_kwargs, SUBVEC_KWARGS, "subvec.sb3.SubprocVecEnv()", hints=_FIXED)
+        allowed = _allowed(backend)
+        check_kwargs(subvec_kwargs, allowed, "subvec.sb3.SubprocVecEnv()", hints=_FIXED)
+        if backend == "ray" and start_method is not None:
+            raise ValueError(
+                f"start_method={start_method!r} applies to worker processes on this machine; "
+                "the Ray backend's actors start theirs with forkserver: drop it"
+            )
         if not subvec_kwargs.get("copy", True):
             raise ValueError(
                 "copy=False is not supported by the SB3 adapter: SB3 keeps the previous "
@@ -88,14 +107,26 @@ class SubprocVecEnv(VecEnv):
             )
         subvec_kwargs["copy"] = True
         factories = [SB3EnvFactory(fn) for fn in env_fns]
-        #: The :class:`subvec.SubprocVectorEnv` underneath (gymnasium API, placement, ...).
-        self.vector_env = SubprocVectorEnv(
-            factories,
-            autoreset_mode=AutoresetMode.SAME_STEP,
-            info_format="list",
-            context=start_method,
-            **subvec_kwargs,
-        )
+        #: The vector env underneath (gymnasium API, placement, ...): a
+        #: :class:`subvec.SubprocVectorEnv`, or a ``RayVectorEnv`` with backend="ray".
+        self.vector_env: VectorFront
+        if backend == "ray":
+            from subvec.ray import RayVectorEnv
+
+            self.vector_env = RayVectorEnv(
+                factories,
+                autoreset_mode=AutoresetMode.SAME_STEP,
+                info_format="list",
+                **subvec_kwargs,
+            )
+        else:
+            self.vector_env = SubprocVectorEnv(
+                factories,
+                autoreset_mode=AutoresetMode.SAME_STEP,
+                info_format="list",
+                context=start_method,
+                **subvec_kwargs,
+            )
         try:
             # VecEnv.__init__ calls get_attr("render_mode"): the workers must already run.
             super().__init__(
@@ -404,7 +435,7 @@ def make_vec_env(
         kwargs["start_method"] = start_method
     check_kwargs(
         kwargs,
-        ("start_method", *SUBVEC_KWARGS),
+        ("start_method", "backend", *_allowed(kwargs.get("backend", "process"))),
         "subvec.sb3.make_vec_env()",
         hints=_FIXED,
     )

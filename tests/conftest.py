@@ -19,9 +19,13 @@ from tests.vectorisers import VECTORISERS, VectorFactory, check_built_as_asked, 
 
 # Long-lived helpers that multiprocessing starts once per interpreter, not per vector env.
 _SINGLETONS = ("forkserver", "resource_tracker")
+#: Ray's pooled idle workers: its raylet starts and retires them on its own schedule, so a test
+#: marked ``ray`` does not count them (its actors, named ``ray::EnvActor``, and their workers
+#: still count; tests/test_ray.py also checks actors and placement groups through Ray itself).
+_RAY_POOL = frozenset({"ray::IDLE"})
 
 
-def _children() -> dict[int, str]:
+def _children(ignore: frozenset[str] = frozenset()) -> dict[int, str]:
     out = {}
     for proc in psutil.Process().children(recursive=True):
         try:
@@ -30,20 +34,22 @@ def _children() -> dict[int, str]:
                 cmdline += " <zombie>"
         except psutil.Error:
             continue
-        if not any(s in cmdline for s in _SINGLETONS):
+        if not any(s in cmdline for s in _SINGLETONS) and cmdline.strip() not in ignore:
             out[proc.pid] = cmdline
     return out
 
 
 @pytest.fixture(autouse=True)
-def no_leaks():
-    """Fail the test if it leaves a child process or a /dev/shm/subvec_* segment behind."""
-    before_children = set(_children())
+def no_leaks(request: pytest.FixtureRequest):
+    """Fail the test if it leaves a child process or a /dev/shm/subvec_* segment behind. Ray's
+    services (started by a module fixture, before this) are there before the test already."""
+    ignore = _RAY_POOL if request.node.get_closest_marker("ray") else frozenset()
+    before_children = set(_children(ignore))
     before_segments = set(list_segments())
     yield
     deadline = time.monotonic() + 5.0
     while True:
-        leaked = {p: c for p, c in _children().items() if p not in before_children}
+        leaked = {p: c for p, c in _children(ignore).items() if p not in before_children}
         segments = {n for n in set(list_segments()) - before_segments if _ours(n)}
         if (not leaked and not segments) or time.monotonic() > deadline:
             break

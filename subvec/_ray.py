@@ -1,0 +1,736 @@
+"""The Ray backend: each unit is a Ray actor that holds a local SubprocVectorEnv over its envs.
+
+    driver (RayVectorEnv: the front)                   actor a (any node): envs lo..hi-1
+    ────────────────────────────────                   ─────────────────────────────────
+    validate the actions, store them (plain numpy)
+    actor.run.remote(STEP, rows lo..hi)  ─────────────► SubprocVectorEnv.step(actions): its
+                                                          own workers, block, NUMA placement
+    ray.wait(every actor's reply, bound) ◄───────────── one object: (status, (obs, rewards,
+    copy obs, rewards and flags into rows lo..hi          terminations, truncations, events),
+    merge the events as any unit's infos                  new restarts of its workers)
+
+One Ray call per actor per command, one object each way: the actions of the actor's envs as one
+array (or nest), the results as columns. Replies from an actor on the driver's node come out of
+Ray's object store read-only and zero-copy, and are copied once, into the front's batch.
+
+:class:`EnvActor` runs in the actor (the driver wraps it with ``ray.remote``). It never raises
+for something an env or a worker did: an env's exception comes back as the reply (its env
+index made global), a worker of its own that died or hung as an :class:`InnerFailure`, so that
+a Ray-level error means one thing only: the actor itself is gone. :class:`RayActors` is the
+driver's side, the backend the front speaks to (``_backend``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import cloudpickle
+import numpy as np
+import ray
+from gymnasium import Space
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+
+from subvec import _spaces
+from subvec._backend import PLAIN, Collected, Failure, Unit
+from subvec._block import ActionRegions, _act, _action_itemsize
+from subvec._infos import InfoEvent
+from subvec._protocol import (
+    CallPayload,
+    Command,
+    ErrorRecord,
+    ResetOptionsPayload,
+    ResetPayload,
+    SetAttrPayload,
+    Status,
+    StepEnvsPayload,
+    StepPayload,
+)
+from subvec.errors import (
+    BrokenVectorEnvError,
+    EnvError,
+    WorkerDiedError,
+    WorkerTimeoutError,
+)
+
+__all__ = [
+    "THREAD_CAPS",
+    "ActorUnit",
+    "BatchActions",
+    "EnvActor",
+    "InnerFailure",
+    "RayActors",
+    "action_store",
+    "alive_nodes",
+]
+
+#: Set in every actor before its workers start (so they inherit them) unless the caller's
+#: runtime_env sets them: an env that calls into numpy/torch must not start a thread per core in
+#: every worker of a node. (Set by the actor, not through a runtime_env of ours, so that an actor
+#: can start in one of Ray's pooled worker processes; Ray's own default for OMP_NUM_THREADS is
+#: the actor's num_cpus.)
+THREAD_CAPS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+class BatchActions(NamedTuple):
+    """STEP: the actions of an actor's envs as one batch (rows ``lo..hi`` of the caller's,
+    in the caller's dtypes); by-value actions travel as a ``StepPayload``."""
+
+    actions: Any
+
+
+class InnerFailure(NamedTuple):
+    """A worker of an actor's own SubprocVectorEnv died or hung (with on_worker_failure="raise";
+    with "restart" the actor's vector env restarts it and reports ``worker_restarted``)."""
+
+    kind: str  # "died" | "hung"
+    message: str
+
+
+class StepReply(NamedTuple):
+    """An actor's answer to STEP (and RESET, with ``None`` rewards and flags)."""
+
+    obs: Any  # the batch of its envs; by value: [(local env, observation)]
+    rewards: np.ndarray | None
+    terminations: np.ndarray | None
+    truncations: np.ndarray | None
+    events: list[InfoEvent]
+
+
+#: (worker, global env indices, reason) of a restart inside an actor
+NestedRestart = tuple[int, tuple[int, ...], str]
+
+
+def _events(infos: Sequence[dict[str, Any]], same_step: bool) -> list[InfoEvent]:
+    """The actor's infos (``info_format="list"``: one dict per env) as the events a worker
+    sends: a same-step ended env's ``{"final_obs", "final_info"}`` first, then its reset info,
+    as the legacy merge folds them."""
+    events: list[InfoEvent] = []
+    for i, info in enumerate(infos):
+        if not info:
+            continue
+        if same_step and "final_obs" in info and "final_info" in info:
+            rest = {k: v for k, v in info.items() if k not in ("final_obs", "final_info")}
+            events.append((i, {"final_obs": info["final_obs"], "final_info": info["final_info"]}))
+            if rest:
+                events.append((i, rest))
+        else:
+            events.append((i, info))
+    return events
+
+
+class EnvActor:
+    """The envs ``lo..lo+len(blobs)-1`` in a local SubprocVectorEnv, inside a Ray actor.
+
+    Every command arrives through :meth:`run` (one place for the payload records' fields)."""
+
+    def __init__(
+        self,
+        blobs: list[bytes],
+        lo: int,
+        options: dict[str, Any],
+        registry: bytes | None,
+        caps: dict[str, str],
+        replaces: int | None = None,
+    ) -> None:
+        os.environ.update(caps)
+        if replaces is not None:
+            # The actor this one replaces was killed with its resource tracker (Ray kills an
+            # actor's child processes), so nothing unlinked its block; its bundle is this one,
+            # on this node.
+            _reap(replaces)
+        self.lo = lo
+        self.hi = lo + len(blobs)
+        self.env: Any = None
+        self.error: BaseException | None = None
+        self._seen_restarts = 0
+        self._batch_spaces: dict[int, Space[Any]] = {}
+        self._same_step = False
+        self._obs_by_value = False
+        try:
+            from subvec._bootstrap import adopt_registry
+            from subvec.vector import SubprocVectorEnv
+
+            if registry is not None:
+                adopt_registry(registry)
+            fns = [cloudpickle.loads(blob) for blob in blobs]
+            # copy=False: the reply is serialised by Ray before the next command runs.
+            self.env = SubprocVectorEnv(fns, copy=False, info_format="list", **options)
+            self._same_step = self.env.autoreset_mode.name == "SAME_STEP"
+            self._obs_by_value = not _spaces.is_shareable(self.env.single_observation_space)
+        except Exception as exc:
+            self.error = self._global(exc)
+        if "torch" in sys.modules:  # imported by a factory: one thread, as the caps say
+            sys.modules["torch"].set_num_threads(1)
+
+    def _global(self, exc: BaseException) -> BaseException:
+        """An env's error with its env index over the whole vector env, not this actor's."""
+        if isinstance(exc, EnvError) and isinstance(exc.env_index, int):
+            exc.env_index += self.lo
+        return exc
+
+    def hello(self) -> tuple[Status, Any]:
+        """What the driver needs: where this actor runs, and its envs' spaces and metadata."""
+        if self.error is not None:
+            return Status.ERROR, self.error
+        env = self.env
+        context = ray.get_runtime_context()
+        return Status.OK_PAYLOAD, {
+            "pid": os.getpid(),
+            "node_id": context.get_node_id(),
+            "worker_pids": tuple(env.worker_pids),
+            "observation_space": env.single_observation_space,
+            "action_space": env.single_action_space,
+            "metadata": {k: v for k, v in env.metadata.items() if k != "autoreset_mode"},
+            "render_mode": env.render_mode,
+        }
+
+    def run(self, command: int, payload: Any) -> tuple[Status, Any, list[NestedRestart] | None]:
+        """Run one command of the protocol on this actor's envs and answer as a unit does.
+
+        Returns:
+            ``(status, value, restarts)``: the outcome, and the restarts of this actor's own
+            workers since the last answer (None: none).
+        """
+        env = self.env
+        outcome: tuple[Status, Any]
+        try:
+            if command == Command.STEP:
+                if isinstance(payload, StepPayload):  # by value, exactly as given
+                    env._step_async_values(payload.actions)
+                    obs, rewards, terminations, truncations, infos = env.step_wait()
+                else:
+                    obs, rewards, terminations, truncations, infos = env.step(payload.actions)
+                reply = StepReply(
+                    self._obs(obs),
+                    rewards,
+                    terminations,
+                    truncations,
+                    _events(infos, self._same_step),
+                )
+                outcome = Status.OK_PAYLOAD, reply
+            elif command == Command.RESET:
+                reset: ResetPayload = payload
+                if reset.stored is not None:  # a replacement's: the options its envs keep
+                    env.set_reset_options(list(reset.stored))
+                options: Any = reset.options
+                if options is None or isinstance(options, dict):
+                    options = dict(options) if options is not None else None
+                    if reset.mask is not None:
+                        mask = np.array(reset.mask, dtype=bool)
+                        options = {**(options or {}), "reset_mask": mask}
+                else:  # one per env (the front takes a mask only with a dict)
+                    options = list(options)
+                obs, infos = env.reset(seed=list(reset.seeds), options=options)
+                reply = StepReply(self._obs(obs), None, None, None, _events(infos, False))
+                outcome = Status.OK_PAYLOAD, reply
+            elif command == Command.STEP_ENVS:
+                outcome = self._step_envs(payload)
+            elif command == Command.CALL:
+                call: CallPayload = payload
+                ids = None if call.envs is None else list(call.envs)
+                if call.function is not None:  # the SB3 face's per-env operations
+                    got = env._call_envs(call.function, call.args, ids, call.name)
+                else:
+                    got = env.call(call.name, *call.args, env_ids=ids, **call.kwargs)
+                outcome = Status.OK_PAYLOAD, list(got)
+            elif command == Command.SET_ATTR:
+                values: SetAttrPayload = payload
+                ids = None if values.envs is None else list(values.envs)
+                env.set_attr(values.name, list(values.values), env_ids=ids)
+                outcome = PLAIN
+            elif command == Command.SET_RESET_OPTIONS:
+                stored: ResetOptionsPayload = payload
+                env.set_reset_options(list(stored.options), env_ids=list(stored.envs))
+                outcome = PLAIN
+            else:
+                raise ValueError(f"a Ray actor takes no {Command(command).name} command")
+        except (WorkerDiedError, WorkerTimeoutError, BrokenVectorEnvError) as exc:
+            kind = "hung" if isinstance(exc, WorkerTimeoutError) else "died"
+            outcome = Status.ERROR, InnerFailure(kind, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            outcome = Status.ERROR, self._global(exc)
+        return (*outcome, self._new_restarts())
+
+    def _step_envs(self, payload: StepEnvsPayload) -> tuple[Status, Any]:
+        """Asynchronous stepping's command: step only ``payload.envs`` (local, ascending) with
+        their actions, through the local vector env's own send/recv; answer with their rows
+        (in that order), events and the errors of the envs whose step raised."""
+        env = self.env
+        k = len(payload.envs)
+        space = env.single_action_space
+        out: Any = create_empty_array(space, n=k, fn=np.zeros)
+        # by value always: the driver's batch arrays are not the actor's to read
+        assert payload.actions is not None
+        batch = concatenate(space, payload.actions, out)
+        env.send(batch, list(payload.envs))
+        rows: dict[int, tuple[Any, float, bool, bool, dict[str, Any]]] = {}
+        errors: list[tuple[int, ErrorRecord]] = []
+        while len(rows) + len(errors) < k:
+            try:
+                obs, rewards, terms, truncs, infos = env.recv(min_envs=1, max_envs=k)
+            except EnvError as exc:  # that env's result; the others stay held
+                local = int(exc.env_index or 0)
+                errors.append((local, ErrorRecord.capture(exc, self.lo + local, "step")))
+                continue
+            items = list(iterate(self._batched(env.single_observation_space, len(infos)), obs))
+            for r, info in enumerate(infos):
+                local = int(info.pop("env_id"))
+                rows[local] = (items[r], rewards[r], terms[r], truncs[r], info)
+        done = [e for e in payload.envs if e in rows]
+        obs_rows = [rows[e][0] for e in done]
+        reply = StepReply(
+            self._obs_batch(obs_rows),
+            np.array([rows[e][1] for e in done], dtype=np.float64),
+            np.array([rows[e][2] for e in done], dtype=np.bool_),
+            np.array([rows[e][3] for e in done], dtype=np.bool_),
+            _events([rows[e][4] for e in done], self._same_step),
+        )
+        # events are numbered by position in ``done``: renumber them by local env
+        events = [(done[i], info) for i, info in reply.events]
+        return Status.OK_PAYLOAD, (reply._replace(events=events), done, errors)
+
+    def _obs_batch(self, obs_rows: list[Any]) -> Any:
+        if self._obs_by_value:
+            return obs_rows
+        space = self.env.single_observation_space
+        out: Any = create_empty_array(space, n=len(obs_rows), fn=np.zeros)
+        return concatenate(space, obs_rows, out)
+
+    def _batched(self, space: Space[Any], n: int) -> Space[Any]:
+        found = self._batch_spaces.get(n)
+        if found is None:
+            found = self._batch_spaces[n] = batch_space(space, n)
+        return found
+
+    def _obs(self, obs: Any) -> Any:
+        if self._obs_by_value:
+            return list(enumerate(iterate(self.env.observation_space, obs)))
+        return obs
+
+    def _new_restarts(self) -> list[NestedRestart] | None:
+        restarts = self.env.restarts if self.env is not None else ()
+        if len(restarts) == self._seen_restarts:
+            return None
+        new = restarts[self._seen_restarts :]
+        self._seen_restarts = len(restarts)
+        return [(r.worker, tuple(self.lo + i for i in r.env_indices), r.reason) for r in new]
+
+    def close(self) -> BaseException | None:
+        """Close the envs and their workers; the first error an env's close() raised."""
+        if self.env is None:
+            return None
+        try:
+            self.env.close()
+        except Exception as exc:
+            return self._global(exc)
+        return None
+
+
+# --- the driver's side ---------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class ActorUnit:
+    """One actor and its envs ``lo..hi-1``, as the front schedules them."""
+
+    index: int
+    lo: int
+    hi: int
+    actor: Any
+    bundle: int
+    node_id: str = ""
+    ip: str = ""
+    actor_pid: int | None = None
+    worker_pids: tuple[int | None, ...] = ()
+    #: the actor's first answer: where it runs, its envs' spaces and metadata
+    hello: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int | None:
+        return self.actor_pid
+
+    def describe(self) -> str:
+        span = f"env {self.lo}" if self.hi - self.lo == 1 else f"envs {self.lo}..{self.hi - 1}"
+        return (
+            f"Ray actor {self.index} ({span}, pid {self.actor_pid}) on node "
+            f"{self.node_id[:12] or '?'} ({self.ip or '?'})"
+        )
+
+
+def action_store(
+    space: Space[Any], num_envs: int
+) -> tuple[Callable[[Any], _spaces.Stored], ActionRegions]:
+    """The driver's action batch (plain numpy, the layout the shared block would have), and
+    ``store(actions)`` that validates and writes a batch there (``_spaces.batch_setter``)."""
+    views = {}
+    for k, leaf in enumerate(_spaces.leaf_specs(space)):
+        count = num_envs * int(np.prod(leaf.shape, dtype=np.int64))
+        views[_act(k)] = np.zeros(max(1, count * _action_itemsize(leaf)), dtype=np.uint8)
+    regions = ActionRegions(views, space, num_envs)
+    return _spaces.batch_setter(space, regions.view, num_envs), regions
+
+
+def _assign_rows(batch: Any, rows: Any, where: slice | list[int]) -> None:
+    """``batch[where] = rows`` through a Dict/Tuple nest."""
+    if isinstance(batch, np.ndarray):
+        batch[where] = rows
+    elif isinstance(batch, dict):
+        for key, value in batch.items():
+            _assign_rows(value, rows[key], where)
+    else:
+        for value, part in zip(batch, rows):
+            _assign_rows(value, part, where)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+#: a unit sent nothing (a masked reset that leaves all its envs alone): it answers a plain OK
+_NOT_SENT = None
+
+
+@dataclass
+class RayActors:
+    """The backend of a RayVectorEnv: its actors as units (see the module docstring).
+
+    ``spawn(index, bundle, lo, hi, replaces)`` creates an actor (in its placement-group
+    bundle; ``replaces``: the pid of the dead actor it replaces); the public class supplies
+    it, with the options, the factories and the placement group."""
+
+    spawn: Callable[[int, int, int, int, int | None], Any]
+    bounds: list[tuple[int, int]]
+    inline: bool = False
+    units_: list[ActorUnit] = field(default_factory=list)
+    #: the restarts of the actors' own workers (on_worker_failure="restart" inside them)
+    nested_restarts: list[tuple[int, tuple[int, ...], str, float]] = field(default_factory=list)
+    _inflight: dict[int, tuple[Any, Command] | None] = field(default_factory=dict)
+    _dead: set[int] = field(default_factory=set)
+
+    # --- construction -----------------------------------------------------------------------
+
+    def start(self, timeout: float | None) -> None:
+        """Create every actor and wait for each one's hello (its envs built) within ``timeout``.
+
+        Raises:
+            EnvError: a factory raised (its type kept, naming the env).
+            WorkerDiedError, WorkerTimeoutError: an actor died or did not start in time.
+        """
+        self.units_ = [
+            ActorUnit(i, lo, hi, self.spawn(i, i, lo, hi, None), bundle=i)
+            for i, (lo, hi) in enumerate(self.bounds)
+        ]
+        self._handshake(self.units_, timeout)
+
+    def _handshake(self, units: Sequence[ActorUnit], timeout: float | None) -> None:
+        refs = {unit.actor.hello.remote(): unit for unit in units}
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        if pending:
+            late = [refs[r] for r in pending]
+            raise WorkerTimeoutError(
+                f"{late[0].describe()} did not build its envs within start_timeout={timeout}s "
+                "(a bundle of the placement group may wait for resources, or a factory hangs)",
+                env_indices=[i for u in late for i in range(u.lo, u.hi)],
+                timeout=timeout or 0.0,
+            )
+        for ref in ready:
+            unit = refs[ref]
+            try:
+                status, value = ray.get(ref)
+            except RayError as exc:
+                raise WorkerDiedError(
+                    f"{unit.describe()} died while building its envs: {_first_line(exc)}",
+                    env_indices=range(unit.lo, unit.hi),
+                ) from exc
+            if status is Status.ERROR:
+                raise value
+            unit.node_id = value["node_id"]
+            unit.ip = _node_address(unit.node_id)
+            unit.actor_pid, unit.worker_pids = value["pid"], value["worker_pids"]
+            unit.hello = value
+
+    def bind(
+        self,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        observations: Any,
+        regions: ActionRegions | None,
+    ) -> None:
+        """The front's batch arrays (rows are written here) and the stored actions."""
+        self._rewards, self._terminations, self._truncations = rewards, terminations, truncations
+        self._observations = observations  # None: observations travel by value
+        self._regions = regions
+        self._action_rows: dict[tuple[tuple[str, ...] | None, int, int], Any] = {}
+
+    # --- the backend ------------------------------------------------------------------------
+
+    @property
+    def units(self) -> Sequence[Unit]:
+        return self.units_
+
+    def send(
+        self,
+        command: Command,
+        payload: Any = None,
+        *,
+        per_unit: Callable[[Any], Any] | None = None,
+        units: Sequence[Any] | None = None,
+    ) -> None:
+        """One Ray call per unit: ``actor.run(command, payload)``."""
+        for unit in self.units_ if units is None else units:
+            sent = per_unit(unit) if per_unit is not None else payload
+            if command is Command.STEP:
+                sent = self._step_payload(unit, sent)
+            elif command is Command.RESET and sent.mask is not None and not any(sent.mask):
+                self._inflight[unit.index] = _NOT_SENT
+                continue
+            self._inflight[unit.index] = (unit.actor.run.remote(int(command), sent), command)
+
+    def _step_payload(self, unit: ActorUnit, payload: StepPayload | None) -> Any:
+        if payload is not None and payload.actions is not None:
+            return payload  # by value: each env gets its object as it is
+        dtypes = None if payload is None else payload.action_dtypes
+        key = (dtypes, unit.lo, unit.hi)
+        rows = self._action_rows.get(key)
+        if rows is None:
+            regions = self._regions
+            assert regions is not None
+            names = dtypes or tuple(leaf.dtype.str for leaf in regions.leaves)
+            leaves = [regions.view(k, np.dtype(d)) for k, d in enumerate(names)]
+            views = (leaf[unit.lo : unit.hi] for leaf in leaves if leaf is not None)
+            rows = self._action_rows[key] = _spaces.build_views(regions.space, views)
+        return BatchActions(rows)  # Ray serialises the rows in .remote(): a copy
+
+    def collect(
+        self,
+        timeout: float | None,
+        what: str,
+        *,
+        units: Sequence[Any] | None = None,
+        stop_at_death: bool = False,
+    ) -> Collected | None:
+        """Wait (within ``timeout``) for the replies of ``units`` (all by default), writing each
+        one's rows into the batch; None when every one answered with nothing more to say."""
+        wanted = self.units_ if units is None else units
+        refs: dict[Any, tuple[ActorUnit, Command]] = {}
+        for unit in wanted:
+            entry = self._inflight.pop(unit.index, _NOT_SENT)
+            if entry is not _NOT_SENT:
+                refs[entry[0]] = (unit, entry[1])
+        collected = Collected({}, [])
+        pending = list(refs)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # All at once on the usual path; one by one when a death must stop the wait.
+            want = 1 if stop_at_death else len(pending)
+            ready, pending = ray.wait(pending, num_returns=want, timeout=remaining)
+            for ref in ready:
+                unit, command = refs[ref]
+                self._take(unit, command, ref, collected)
+            if not ready:  # the bound passed
+                break
+            if stop_at_death and collected.failures:
+                pending = []  # the others' answers are dropped: the vector env breaks
+        for ref in pending:
+            unit, _ = refs[ref]
+            collected.failures.append(
+                Failure(unit, "hung", f"{unit.describe()} did not answer within {timeout}s {what}")
+            )
+        if not collected.outcomes and not collected.failures:
+            return None
+        return collected
+
+    def collect_ready(
+        self, units: Sequence[Any], enough: int, timeout: float | None, what: str
+    ) -> Collected:
+        """Wait until at least ``enough`` of ``units`` answered (or ``timeout`` passed), then
+        take every other answer already there; the rest stay in flight."""
+        refs: dict[Any, tuple[ActorUnit, Command]] = {}
+        collected = Collected({}, [])
+        for unit in units:
+            entry = self._inflight.get(unit.index, _NOT_SENT)
+            if entry is _NOT_SENT:
+                if unit.index in self._inflight:
+                    del self._inflight[unit.index]
+                    collected.outcomes[unit.index] = PLAIN
+                continue
+            refs[entry[0]] = (unit, entry[1])
+        if refs:
+            need = max(0, min(enough - len(collected.outcomes), len(refs)))
+            # need 0: take only what is there, without waiting
+            wait = 0.0 if need == 0 else timeout
+            ready, pending = ray.wait(list(refs), num_returns=max(need, 1), timeout=wait)
+            if pending:
+                more, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
+                ready = ready + more
+            for ref in ready:
+                unit, command = refs[ref]
+                del self._inflight[unit.index]
+                self._take(unit, command, ref, collected)
+                collected.outcomes.setdefault(unit.index, PLAIN)
+        return collected
+
+    def _take(self, unit: ActorUnit, command: Command, ref: Any, into: Collected) -> None:
+        """One actor's reply: rows into the batch, and its outcome or failure into ``into``."""
+        try:
+            status, value, restarts = ray.get(ref)
+        except RayActorError as exc:
+            self._dead.add(unit.index)
+            into.failures.append(
+                Failure(unit, "died", f"{unit.describe()} died ({_first_line(exc)})")
+            )
+            return
+        except RayTaskError as exc:  # run() itself failed: not an env's doing
+            into.outcomes[unit.index] = (Status.ERROR, exc.as_instanceof_cause())  # type: ignore[no-untyped-call]
+            return
+        except RayError as exc:  # the reply was lost with its node
+            self._dead.add(unit.index)
+            into.failures.append(
+                Failure(unit, "died", f"{unit.describe()} was lost ({_first_line(exc)})")
+            )
+            return
+        if restarts:
+            now = time.monotonic()
+            for worker, envs, reason in restarts:
+                why = f"a worker of {unit.describe()}: {reason}"
+                self.nested_restarts.append((worker, envs, why, now))
+        if status is Status.ERROR:
+            if isinstance(value, InnerFailure):
+                self._dead.add(unit.index)  # its vector env is broken: rebuild the actor
+                message = f"{unit.describe()} lost a worker: {value.message}"
+                into.failures.append(Failure(unit, value.kind, message))
+            else:
+                into.outcomes[unit.index] = (status, value)
+            return
+        if command is Command.STEP or command is Command.RESET:
+            reply: StepReply = value
+            self._write(reply, slice(unit.lo, unit.hi))
+            by_value = reply.obs if self._observations is None else None
+            if reply.events or by_value is not None:
+                into.outcomes[unit.index] = (Status.OK_PAYLOAD, (reply.events, by_value))
+            return
+        if command is Command.STEP_ENVS:
+            reply, done, errors = value
+            self._write(reply, [unit.lo + e for e in done])
+            by_value = None
+            if self._observations is None:
+                by_value = list(zip(done, reply.obs))
+            into.outcomes[unit.index] = (Status.OK_PAYLOAD, (reply.events, by_value, errors))
+            return
+        if status is not Status.OK:
+            into.outcomes[unit.index] = (status, value)
+
+    def _write(self, reply: StepReply, where: slice | list[int]) -> None:
+        """An actor's rows into the front's batch arrays (the one copy)."""
+        if reply.rewards is not None:
+            self._rewards[where] = reply.rewards
+            self._terminations[where] = reply.terminations
+            self._truncations[where] = reply.truncations
+        if self._observations is not None:
+            _assign_rows(self._observations, reply.obs, where)
+
+    def restart(self, unit: Any, timeout: float | None) -> Unit:
+        """Kill ``unit``'s actor and create a fresh one in the same bundle, its envs built (not
+        reset).
+
+        Raises:
+            EnvError, WorkerDiedError, WorkerTimeoutError: the new actor failed to start.
+        """
+        self._inflight.pop(unit.index, None)
+        _kill(unit.actor)
+        new = ActorUnit(
+            unit.index,
+            unit.lo,
+            unit.hi,
+            self.spawn(unit.index, unit.bundle, unit.lo, unit.hi, unit.actor_pid),
+            bundle=unit.bundle,
+        )
+        self.units_[unit.index] = new
+        self._dead.discard(unit.index)
+        try:
+            self._handshake([new], timeout)
+        except BaseException:
+            self._dead.add(unit.index)
+            raise
+        return new
+
+    def dead(self) -> list[Any]:
+        """The units whose actor died (or whose own vector env lost a worker)."""
+        return [u for u in self.units_ if u.index in self._dead]
+
+    def close(self, timeout: float, terminate: bool) -> BaseException | None:
+        """Ask every live actor to close its envs (within ``timeout``), then kill every actor.
+        Returns the first error an env's close() raised."""
+        self._inflight.clear()
+        error: BaseException | None = None
+        if not ray.is_initialized():  # Ray was shut down under us: its actors went with it
+            return None
+        live = [u for u in self.units_ if u.index not in self._dead]
+        closed: set[int] = set()
+        try:
+            if live and not terminate:
+                refs = {u.actor.close.remote(): u for u in live}
+                ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+                for ref in ready:
+                    try:
+                        got = ray.get(ref, timeout=1.0)
+                    except (RayError, GetTimeoutError):
+                        continue
+                    closed.add(refs[ref].index)
+                    if error is None and got is not None:
+                        error = got
+        finally:
+            for unit in self.units_:
+                _kill(unit.actor)
+            # An actor killed before it closed its envs leaves its block behind (its resource
+            # tracker is killed with it); on the driver's node it is removed here.
+            if ray.is_initialized():
+                here = ray.get_runtime_context().get_node_id()
+                for unit in self.units_:
+                    if unit.index not in closed and unit.node_id == here:
+                        _reap(unit.actor_pid, wait=3.0)
+        return error
+
+
+def _reap(pid: int | None, wait: float = 0.0) -> None:
+    """Remove the shared blocks that the dead process ``pid`` of this node created (waiting up
+    to ``wait`` seconds for it to be gone)."""
+    if pid is None:
+        return
+    from subvec._shm import _pid_alive, remove_stale_segments
+
+    deadline = time.monotonic() + wait
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    remove_stale_segments(pids=[pid])
+
+
+def alive_nodes() -> list[dict[str, Any]]:
+    """Ray's record of every alive node of the cluster."""
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return [n for n in nodes if n.get("Alive")]
+
+
+def _node_address(node_id: str) -> str:
+    """The address Ray knows the node by (inside an actor, ``get_node_ip_address`` may name
+    another interface of the machine)."""
+    for node in alive_nodes():
+        if node["NodeID"] == node_id:
+            return str(node.get("NodeManagerAddress", ""))
+    return ""
+
+
+def _kill(actor: Any) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # already gone, or Ray shut down under us: nothing left to stop
+        pass

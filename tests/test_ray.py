@@ -1,0 +1,446 @@
+"""RayVectorEnv on a real local Ray: conformance against SyncVectorEnv, failures, placement.
+
+One Ray instance for the module (started by the ``ray_session`` fixture, on 127.0.0.1), with
+more logical CPUs than this machine has cores so that several actors fit. After every test no
+actor may be alive and no placement group left (asked of Ray itself), besides the conftest
+check on child processes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+# Loopback only: without it Ray binds the machine's interface address (read when ray imports).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+ray = pytest.importorskip("ray")
+
+import gymnasium as gym  # noqa: E402  (after the skip: nothing here runs without ray)
+import psutil  # noqa: E402
+from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
+from ray.util.placement_group import (  # noqa: E402
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+
+from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
+from subvec.ray import RayVectorEnv  # noqa: E402
+from tests.envs import OptionsEnv, ZooEnv, crash_fns, make_zoo  # noqa: E402
+from tests.helpers import assert_same  # noqa: E402
+from tests.test_async import SEED, _compare, _expected, _record  # noqa: E402
+from tests.test_conformance import _zoo_fns, run_side_by_side  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]
+
+#: logical CPUs of the test cluster (actors reserve one each by default)
+CPUS = 4
+
+
+def start_local_ray(num_cpus: int) -> None:
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        object_store_memory=100 * 2**20,
+        log_to_driver=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    start_local_ray(CPUS)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def live_actors() -> list[str]:
+    return [a["ActorID"] for a in ray._private.state.actors().values() if a["State"] != "DEAD"]
+
+
+def live_groups() -> list[str]:
+    return [g for g, info in placement_group_table().items() if info["state"] != "REMOVED"]
+
+
+@pytest.fixture(autouse=True)
+def no_ray_leftovers(ray_session: None) -> Iterator[None]:
+    """No actor alive and no placement group left once a test is done."""
+    yield
+    deadline = time.monotonic() + 5.0
+    while (live_actors() or live_groups()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # a killed actor is marked dead asynchronously
+    assert not live_actors(), f"actors outlived the test: {live_actors()}"
+    assert not live_groups(), f"placement groups outlived the test: {live_groups()}"
+
+
+class EnvVarEnv(ZooEnv):
+    def env_var(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+
+RayEnvs = functools.partial(RayVectorEnv, num_actors=2, local_workers=1, start_timeout=30)
+
+
+# --- conformance -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("space_name", "mode", "info_format"),
+    [
+        ("box_f32", AutoresetMode.NEXT_STEP, "gymnasium"),
+        ("box_f32", AutoresetMode.SAME_STEP, "gymnasium"),
+        ("dict_nest", AutoresetMode.NEXT_STEP, "list"),
+        ("tuple_nest", AutoresetMode.SAME_STEP, "legacy"),
+        # observations by value, and masked resets that leave a whole actor alone
+        ("text", AutoresetMode.DISABLED, "list"),
+    ],
+    ids=lambda v: getattr(v, "value", v),
+)
+def test_matches_sync(space_name: str, mode: AutoresetMode, info_format: str) -> None:
+    run_side_by_side(_zoo_fns(space_name), mode, make=RayEnvs, info_format=info_format)
+
+
+def test_cartpole_matches_sync_with_one_actor_per_env() -> None:
+    fns = [lambda: gym.make("CartPole-v1")] * 2
+    make = functools.partial(RayVectorEnv, envs_per_actor=1, local_workers=1)
+    envs = run_side_by_side(fns, AutoresetMode.NEXT_STEP, 60, make=make)
+    assert envs.num_actors == 2
+
+
+def test_call_get_attr_set_attr_and_render_match_sync() -> None:
+    fns = [make_zoo("box_f32", render_mode="rgb_array")] * 3
+    sync = SyncVectorEnv(fns)
+    with RayEnvs(fns) as envs:
+        envs.reset(seed=3)
+        sync.reset(seed=3)
+        actions = np.array([0, 1, 2])
+        envs.step(actions)
+        sync.step(actions)
+        assert envs.call("get_t", 5) == sync.call("get_t", 5) == (6, 6, 6)
+        envs.set_attr("marker", ["a", "b", "c"])
+        assert envs.get_attr("marker") == ("a", "b", "c")
+        envs.set_attr("marker", "same")
+        assert envs.get_attr("marker") == ("same",) * 3
+        assert_same(envs.render(), sync.render(), "render")
+        assert envs.remote.get_t() == (1, 1, 1)
+        # a batch in another dtype than the space's reaches the envs in it, as Sync hands it
+        envs.step(np.array([1, 2, 0], dtype=np.int32))
+        assert [type(a) for a in envs.get_attr("last_action")] == [np.int32] * 3
+    sync.close()
+
+
+def test_env_ids_and_reset_options_reach_the_envs_of_each_actor() -> None:
+    fns = [functools.partial(OptionsEnv, length=2)] * 4  # two actors of two envs
+    with RayEnvs(fns) as envs:
+        assert envs.get_attr("resets", env_ids=[3, 0]) == (0, 0)
+        envs.reset(seed=0, options=[{"level": i} for i in range(4)])
+        assert envs.get_attr("level", env_ids=[2, 1]) == (2, 1)
+        envs.set_attr("level", [7, 9], env_ids=[3, 0])
+        assert envs.get_attr("level") == (9, 1, 2, 7)
+        # Stored options: the automatic resets of envs 1 and 2 (one in each actor) use them.
+        envs.set_reset_options({"level": 5}, env_ids=[1, 2])
+        for _ in range(3):  # episodes of 2 steps: the third step is the autoreset's
+            obs, *_ = envs.step(np.zeros(4, dtype=np.int64))
+        assert obs[:, 0].tolist() == [-1, 5, 5, -1]
+        assert envs.reset_options == (None, {"level": 5}, {"level": 5}, None)
+
+
+def test_env_error_names_the_env_over_the_whole_vector_env() -> None:
+    fns = crash_fns(4, crash_at=3, how="raise")
+    with RayEnvs(fns) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(KeyError) as info:
+            envs.step(np.zeros(4, dtype=np.int64))
+        assert isinstance(info.value, EnvError)
+        assert info.value.env_index == 3 and "env 3" in str(info.value)
+        # an env's error leaves the vector env usable
+        envs.step(np.zeros(4, dtype=np.int64))
+
+
+def test_placement_records_and_actor_handles() -> None:
+    with RayVectorEnv([EnvVarEnv] * 5, envs_per_actor=2, start_timeout=30) as envs:
+        assert envs.num_actors == 3 and len(envs.actors) == 3
+        records = envs.placement
+        assert [r.env_indices for r in records] == [(0, 1), (2, 3), (4,)]
+        node = ray.get_runtime_context().get_node_id()
+        for record in records:
+            assert record.node_id == node and record.ip == "127.0.0.1"
+            assert psutil.pid_exists(record.pid) and record.pid != os.getpid()
+            assert all(psutil.pid_exists(p) for p in record.worker_pids)
+        assert envs.restarts == []
+        # the thread caps reach the workers
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            assert envs.call("env_var", name) == ("1",) * 5
+
+
+@pytest.mark.parametrize(
+    ("mode", "info_format", "batch_size"),
+    [(AutoresetMode.NEXT_STEP, "gymnasium", 2), (AutoresetMode.SAME_STEP, "list", 3)],
+    ids=["next-gymnasium-b2", "same-list-b3"],
+)
+def test_async_send_recv_gives_each_env_its_sync_trajectory(
+    mode: AutoresetMode, info_format: str, batch_size: int
+) -> None:
+    num_envs, steps = 4, 8
+    fns = [make_zoo("dict_nest") for _ in range(num_envs)]
+    rng = np.random.default_rng(3)
+    actions = [rng.integers(0, 3, size=steps).tolist() for _ in range(num_envs)]
+    want = _expected(fns, actions, mode, info_format)
+    got: dict[int, list[Any]] = {}
+    sent = [0] * num_envs
+    with RayEnvs(fns, autoreset_mode=mode, info_format=info_format, batch_size=batch_size) as envs:
+        envs.async_reset(seed=SEED)
+        while envs.in_flight_env_ids or envs.ready_env_ids:
+            ids = _record(got, envs.recv())
+            assert len(ids) <= batch_size
+            todo = [e for e in ids if sent[e] < steps]
+            if todo:
+                envs.send(np.array([actions[e][sent[e]] for e in todo]), todo)
+                for e in todo:
+                    sent[e] += 1
+        _compare(got, want)
+        # idle again: the lock-step contract works and continues each env's episode
+        envs.drain()
+        envs.step(envs.action_space.sample())
+
+
+def test_async_env_error_surfaces_from_recv_and_the_others_are_kept() -> None:
+    fns = crash_fns(4, crash_at=1, how="raise")
+    with RayEnvs(fns, batch_size=4) as envs:
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.send(np.zeros(4, dtype=np.int64), [0, 1, 2, 3])
+        received: list[int] = []
+        with pytest.raises(KeyError) as info:
+            while True:
+                received += envs.recv(min_envs=1, max_envs=1)[4]["env_id"].tolist()
+        assert isinstance(info.value, EnvError) and info.value.env_index == 1
+        received += envs.drain()[4]["env_id"].tolist()
+        assert sorted(received) == [0, 2, 3]
+
+
+# --- failures ------------------------------------------------------------------------------
+
+
+def test_killed_actor_raises_naming_its_envs_and_node() -> None:
+    with RayEnvs([make_zoo("box_f32")] * 4, on_worker_failure="raise") as envs:
+        envs.reset(seed=0)
+        victim = envs.placement[1]
+        ray.kill(envs.actors[1])
+        with pytest.raises(WorkerDiedError) as info:
+            envs.step(np.zeros(4, dtype=np.int64))
+        assert info.value.env_indices == (2, 3)
+        assert victim.node_id[:12] in str(info.value) and "envs 2..3" in str(info.value)
+        # broken: reset() rebuilds the dead actor (a fresh process) and resets every env
+        envs.reset(seed=0)
+        assert envs.placement[1].pid != victim.pid and len(envs.rebuilds) == 1
+        envs.step(np.zeros(4, dtype=np.int64))
+
+
+def test_killed_actor_is_restarted_and_its_envs_come_back_truncated() -> None:
+    with RayEnvs([make_zoo("box_f32")] * 4, on_worker_failure="restart") as envs:
+        envs.reset(seed=0)
+        old = envs.placement[0].pid
+        ray.kill(envs.actors[0])
+        _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert list(truncated[:2]) == [True, True] and not terminated[:2].any()
+        assert list(rewards[:2]) == [0.0, 0.0]
+        assert list(infos["_worker_restarted"]) == [True, True, False, False]
+        assert len(envs.restarts) == 1 and envs.restarts[0].env_indices == (0, 1)
+        assert envs.placement[0].pid != old
+        _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert "worker_restarted" not in infos
+
+
+def test_hung_actor_is_replaced_under_restart() -> None:
+    fns = crash_fns(2, crash_at=1, how="hang")
+    with RayEnvs(fns, timeout=1.0, on_worker_failure="restart") as envs:
+        envs.reset(seed=0)
+        old = envs.placement[1].pid
+        _, _, _, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
+        assert list(truncated) == [False, True]
+        assert list(infos["_worker_restarted"]) == [False, True]
+        assert envs.placement[1].pid != old and len(envs.restarts) == 1
+        assert "did not answer within 1.0s" in envs.restarts[0].reason
+
+
+def test_worker_dying_inside_an_actor_raises_naming_its_envs() -> None:
+    fns = crash_fns(4, crash_at=2, how="exit")
+    with RayEnvs(fns, on_worker_failure="raise") as envs:
+        envs.reset(seed=0)
+        with pytest.raises(WorkerDiedError) as info:
+            envs.step(np.zeros(4, dtype=np.int64))
+        assert info.value.env_indices == (2, 3)
+        assert envs.placement[1].node_id[:12] in str(info.value)
+        assert "lost a worker" in str(info.value)
+
+
+def test_worker_dying_inside_an_actor_is_restarted_by_the_actor() -> None:
+    fns = crash_fns(4, crash_at=2, how="exit")
+    with RayEnvs(fns, on_worker_failure="restart") as envs:
+        envs.reset(seed=0)
+        actor_pid = envs.placement[1].pid
+        _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        # the actor's one worker held envs 2 and 3: both were rebuilt
+        assert list(truncated) == [False, False, True, True]
+        assert list(infos["_worker_restarted"]) == [False, False, True, True]
+        assert envs.placement[1].pid == actor_pid  # the actor itself lived on
+        assert [r.env_indices for r in envs.restarts] == [(2, 3)]
+
+
+# --- placement and lifetime -----------------------------------------------------------------
+
+
+def test_infeasible_placement_fails_at_once_naming_what_was_asked() -> None:
+    start = time.monotonic()
+    with pytest.raises(PlacementError) as info:
+        RayVectorEnv([make_zoo("box_f32")] * 2, num_actors=2, actor_options={"num_cpus": 100})
+    assert time.monotonic() - start < 10
+    text = str(info.value)
+    assert "2 bundles of {'CPU': 100.0}" in text and f"{CPUS:g} CPUs" in text
+    with pytest.raises(PlacementError, match="STRICT_SPREAD"):
+        RayVectorEnv([make_zoo("box_f32")] * 2, num_actors=2, placement="strict_spread")
+
+
+def test_placement_that_cannot_be_met_now_fails_within_its_timeout() -> None:
+    hog = placement_group([{"CPU": CPUS}])  # every CPU held: feasible, but not now
+    ray.get(hog.ready(), timeout=20)
+    try:
+        start = time.monotonic()
+        with pytest.raises(PlacementError, match="not ready within start_timeout=1"):
+            RayVectorEnv([make_zoo("box_f32")] * 2, start_timeout=1)
+        assert time.monotonic() - start < 8
+    finally:
+        remove_placement_group(hog)
+
+
+def test_factory_error_is_raised_with_its_env_index_and_nothing_is_left() -> None:
+    def broken() -> gym.Env[Any, Any]:
+        raise ValueError("no such level")
+
+    with pytest.raises(ValueError, match="no such level") as info:
+        RayEnvs([make_zoo("box_f32")] * 3 + [broken])
+    assert isinstance(info.value, EnvError) and info.value.env_index == 3
+
+
+def test_close_leaves_no_actor_process_or_group_and_keeps_the_callers_ray() -> None:
+    envs = RayEnvs([make_zoo("box_f32")] * 4)
+    envs.reset(seed=0)
+    pids = [p for r in envs.placement for p in (r.pid, *r.worker_pids)]
+    start = time.monotonic()
+    envs.close()
+    assert time.monotonic() - start < 15
+    deadline = time.monotonic() + 5
+    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if psutil.pid_exists(p)]
+    assert ray.is_initialized()  # started by the caller: left up
+    envs.close()  # twice is fine
+
+
+def test_close_after_an_actor_hung_is_bounded() -> None:
+    fns = crash_fns(2, crash_at=1, how="hang")
+    envs = RayEnvs(fns, timeout=1.0)
+    envs.reset(seed=0)
+    with pytest.raises(TimeoutError):
+        envs.step(np.zeros(2, dtype=np.int64))
+    start = time.monotonic()
+    envs.close(timeout=1.0)
+    assert time.monotonic() - start < 6
+
+
+def test_a_placement_group_of_the_callers_is_used_and_left_alone() -> None:
+    group = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
+    ray.get(group.ready(), timeout=20)
+    try:
+        with RayEnvs([make_zoo("box_f32")] * 2, placement=group) as envs:
+            envs.reset(seed=0)
+        assert placement_group_table(group)["state"] == "CREATED"  # not removed by close
+    finally:
+        remove_placement_group(group)
+    with pytest.raises(ValueError, match="placement must be one of"):
+        RayVectorEnv([make_zoo("box_f32")], placement="everywhere")
+
+
+def test_num_cpus_zero_is_refused() -> None:
+    with pytest.raises(ValueError, match="num_cpus"):
+        RayVectorEnv([make_zoo("box_f32")], actor_options={"num_cpus": 0})
+
+
+# --- make_vec and the SB3 face ------------------------------------------------------------
+
+
+def test_make_vec_with_the_ray_backend_matches_gymnasium() -> None:
+    import subvec
+
+    envs = subvec.make_vec("CartPole-v1", 3, seed=5, backend="ray", num_actors=2)
+    assert isinstance(envs, RayVectorEnv)
+    oracle = gym.make_vec("CartPole-v1", 3, vectorization_mode="sync")
+    try:
+        assert envs.spec is not None and envs.spec.id == "CartPole-v1"
+        assert_same(envs.reset(), oracle.reset(seed=5), "reset")
+        actions = np.array([0, 1, 1])
+        for t in range(20):
+            assert_same(envs.step(actions), oracle.step(actions), f"step {t}")
+    finally:
+        envs.close()
+        oracle.close()
+    with pytest.raises(TypeError, match=r"(?s)'num_workers'.*accepted: num_actors"):
+        subvec.make_vec("CartPole-v1", 2, backend="ray", num_workers=2)
+
+
+def test_sb3_face_on_the_ray_backend_matches_dummy_vec_env() -> None:
+    sb3 = pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from subvec.sb3 import SubprocVecEnv
+
+    fns = [lambda: gym.make("CartPole-v1")] * 3
+    vec = SubprocVecEnv(fns, backend="ray", num_actors=2)
+    dummy = DummyVecEnv(fns)
+    try:
+        assert isinstance(vec.vector_env, RayVectorEnv)
+        vec.seed(3)
+        dummy.seed(3)
+        assert_same(vec.reset(), dummy.reset(), "reset")
+        actions = np.array([1, 0, 1])
+        for t in range(30):
+            got, want = vec.step(actions), dummy.step(actions)
+            assert_same(got[:3], want[:3], f"step {t}")
+            assert [sorted(i) for i in got[3]] == [sorted(i) for i in want[3]]
+        assert vec.get_attr("spec", [1])[0].id == "CartPole-v1"
+        assert vec.env_method("get_wrapper_attr", "np_random_seed", indices=[0]) == [3]
+    finally:
+        vec.close()
+        dummy.close()
+    assert sb3 is not None
+
+
+# --- the benchmark ------------------------------------------------------------------------
+
+
+def test_benchmark_runs_tiny_and_writes_its_table(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from tests.helpers import load_script
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_ray.py"
+    bench = load_script("bench_ray_under_test", script)
+    out = bench.main(["--quick", "--out-dir", str(tmp_path)])
+    lines = [json.loads(line) for line in (out / "ray.jsonl").read_text().splitlines()]
+    rows = [r for r in lines if not r.get("facts")]
+    assert [(r["workload"], r["layout"]) for r in rows] == [
+        ("CartPole-v1", layout) for layout in ("subproc", "ray_2_actors", "ray_actor_per_env")
+    ]
+    assert rows[0]["ray_overhead_ms"] is None and rows[1]["ray_overhead_ms"] is not None
+    assert all(r["step_ms"] > 0 for r in rows)
+    assert "Ray overhead per step" in (out / "ray.md").read_text()
+    assert ray.is_initialized()  # the module's Ray: used, not shut down
