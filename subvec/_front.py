@@ -143,7 +143,7 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
 
     def _configure(
         self,
-        num_envs: int,
+        env_fns: Iterable[Callable[[], Any]],
         autoreset_mode: str | AutoresetMode | _AutoresetDefault | None,
         info_format: str,
         *,
@@ -154,7 +154,16 @@ class VectorFront(AsyncStepping, RecyclingFront, VectorEnv[Any, Any, np.ndarray]
         batch_size: int | None = None,
         start_timeout: float | None = None,
     ) -> None:
-        """Check and keep the options every backend shares (before any backend starts)."""
+        """Keep the env factories and check and keep the options every backend shares
+        (before any backend starts).
+
+        Raises:
+            ValueError: no env factory, or a bad option value.
+        """
+        self.env_fns = list(env_fns)
+        if not self.env_fns:
+            raise ValueError("env_fns is empty: a vector env needs at least one env factory")
+        num_envs = len(self.env_fns)
         self._policy = FailurePolicy(on_worker_failure, max_restarts)
         #: bound on building envs: at construction, and for a replacement (else the call's)
         self.start_timeout = start_timeout

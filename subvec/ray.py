@@ -158,11 +158,8 @@ class RayVectorEnv(VectorFront):
         max_restarts: int = DEFAULT_MAX_RESTARTS,
     ) -> None:
         super().__init__()
-        self.env_fns = list(env_fns)
-        if not self.env_fns:
-            raise ValueError("env_fns is empty: a vector env needs at least one env factory")
         self._configure(
-            len(self.env_fns),
+            env_fns,
             autoreset_mode,
             info_format,
             copy=copy,

@@ -177,11 +177,8 @@ class SubprocVectorEnv(VectorFront):
                 "step or reset does, wrap the env in its factory (a gymnasium.Wrapper); for a "
                 "custom worker, use gymnasium.vector.AsyncVectorEnv."
             )
-        self.env_fns = list(env_fns)
-        if not self.env_fns:
-            raise ValueError("env_fns is empty: a vector env needs at least one env factory")
         self._configure(
-            len(self.env_fns),
+            env_fns,
             autoreset_mode,
             info_format,
             copy=copy,

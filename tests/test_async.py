@@ -119,24 +119,30 @@ def test_each_envs_trajectory_matches_sync(
     envs = SubprocVectorEnv(
         fns, autoreset_mode=mode, info_format=info_format, batch_size=batch_size, **layout
     )
-    got: dict[int, list] = {}
-    sent = [0] * num_envs
     try:
-        envs.async_reset(seed=SEED)
-        while envs.in_flight_env_ids or envs.ready_env_ids:
-            ids = _record(got, envs.recv())
-            assert len(ids) <= batch_size
-            todo = [e for e in ids if sent[e] < steps]
-            if todo:
-                envs.send(np.array([actions[e][sent[e]] for e in todo]), todo)
-                for e in todo:
-                    sent[e] += 1
-        _compare(got, want)
-        # Idle again: the lock-step contract works and continues each env's episode.
-        assert envs.drain()[0] is not None
-        envs.step(envs.action_space.sample())
+        check_trajectories(envs, actions, want, batch_size)
     finally:
         envs.close()
+
+
+def check_trajectories(envs: Any, actions: list[list[Any]], want: list, batch_size: int) -> None:
+    """Run ``envs`` asynchronously (each recv's envs sent their next action) until every env
+    has taken all its ``actions``; each env's records must equal ``want``'s. Then the vector
+    env is idle again: the lock-step contract works and continues each env's episode."""
+    got: dict[int, list] = {}
+    sent = [0] * len(actions)
+    envs.async_reset(seed=SEED)
+    while envs.in_flight_env_ids or envs.ready_env_ids:
+        ids = _record(got, envs.recv())
+        assert len(ids) <= batch_size
+        todo = [e for e in ids if sent[e] < len(actions[e])]
+        if todo:
+            envs.send(np.array([actions[e][sent[e]] for e in todo]), todo)
+            for e in todo:
+                sent[e] += 1
+    _compare(got, want)
+    assert envs.drain()[0] is not None
+    envs.step(envs.action_space.sample())
 
 
 def _slow(seconds: float) -> Any:

@@ -35,7 +35,7 @@ from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
 from tests.envs import OptionsEnv, ZooEnv, crash_fns, make_zoo  # noqa: E402
 from tests.helpers import assert_same  # noqa: E402
-from tests.test_async import SEED, _compare, _expected, _record  # noqa: E402
+from tests.test_async import _expected, check_trajectories  # noqa: E402
 from tests.test_conformance import _zoo_fns, run_side_by_side  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]
@@ -194,22 +194,8 @@ def test_async_send_recv_gives_each_env_its_sync_trajectory(
     rng = np.random.default_rng(3)
     actions = [rng.integers(0, 3, size=steps).tolist() for _ in range(num_envs)]
     want = _expected(fns, actions, mode, info_format)
-    got: dict[int, list[Any]] = {}
-    sent = [0] * num_envs
     with RayEnvs(fns, autoreset_mode=mode, info_format=info_format, batch_size=batch_size) as envs:
-        envs.async_reset(seed=SEED)
-        while envs.in_flight_env_ids or envs.ready_env_ids:
-            ids = _record(got, envs.recv())
-            assert len(ids) <= batch_size
-            todo = [e for e in ids if sent[e] < steps]
-            if todo:
-                envs.send(np.array([actions[e][sent[e]] for e in todo]), todo)
-                for e in todo:
-                    sent[e] += 1
-        _compare(got, want)
-        # idle again: the lock-step contract works and continues each env's episode
-        envs.drain()
-        envs.step(envs.action_space.sample())
+        check_trajectories(envs, actions, want, batch_size)
 
 
 def test_async_env_error_surfaces_from_recv_and_the_others_are_kept() -> None:
