@@ -81,6 +81,11 @@ def test_bad_constructor_arguments_say_what_to_change(kwargs: dict, message: str
         SubprocVectorEnv([make_zoo("box_f32")] * 3, **kwargs)
 
 
+def test_no_env_factory_is_refused_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match="env_fns is empty"):
+        SubprocVectorEnv(iter([]))
+
+
 @pytest.mark.timeout(60)
 def test_layouts_and_autoreset_spellings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("subvec.vector.usable_cpus", lambda: 2)  # more workers than CPUs
