@@ -39,6 +39,7 @@ from subvec._merge import InfoMerger, make_merger
 from subvec._protocol import Command, ResetPayload, Status, StepEnvsPayload
 from subvec._seeding import SeedArg
 from subvec._slab import FinalObsInBlock
+from subvec._state import _State
 from subvec.errors import RecvTimeoutError
 
 if TYPE_CHECKING:
@@ -378,8 +379,6 @@ class AsyncStepping:
     # --- the mechanics -----------------------------------------------------------------------
 
     def _enter_async(self) -> None:
-        from subvec._front import _State
-
         if self._state is _State.IDLE:
             slots = self._obs_slots
             if slots is not None:  # the results are copied out: the block's own batch
@@ -389,8 +388,6 @@ class AsyncStepping:
             self._state = _State.ASYNC
 
     def _leave_async_if_done(self) -> None:
-        from subvec._front import _State
-
         if self._state is _State.ASYNC and not self._outstanding():
             self._state = _State.IDLE
 

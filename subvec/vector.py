@@ -39,7 +39,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS
-from subvec._front import _WAITING, DEFAULT_AUTORESET, VectorFront, _State
+from subvec._front import DEFAULT_AUTORESET, VectorFront
 from subvec._local import LocalShare
 from subvec._plan import (
     Layout,
@@ -52,6 +52,7 @@ from subvec._pool import WorkerPool, release
 from subvec._protocol import Command
 from subvec._recycle import RecyclePolicy
 from subvec._shm import SharedBlock
+from subvec._state import _WAITING, _State
 from subvec._stats import WorkerStats, worker_stats
 from subvec._threads import check_threads
 from subvec._topology import PlacementReport, plan_placement, usable_cpus
