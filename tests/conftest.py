@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psutil
@@ -112,3 +112,15 @@ def vectoriser(request: pytest.FixtureRequest) -> VectorFactory:
         return envs
 
     return make
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread for a module (torch imported here, only where it is used): on two
+    cores, torch's intra-op threads would fight the worker processes for them."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

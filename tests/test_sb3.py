@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -20,7 +20,6 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-import torch
 from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
@@ -42,13 +41,7 @@ from tests.helpers import assert_same
 EnvFn = Callable[[], gym.Env[Any, Any]]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    # Two cores: torch's intra-op threads would fight the worker processes for them.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def cartpole() -> gym.Env[Any, Any]:

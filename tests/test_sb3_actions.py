@@ -7,7 +7,7 @@ go through the shared block, are stacked from per-env dicts and tuples, or trave
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -18,7 +18,6 @@ from gymnasium import spaces
 
 pytest.importorskip("stable_baselines3")
 
-import torch
 from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper, VecMonitor
@@ -37,13 +36,7 @@ UINT8_BOX = spaces.Box(0, 255, shape=(2,), dtype=np.uint8)
 BOX = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    # Two cores: torch's intra-op threads would fight the worker processes for them.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _samples(space: spaces.Space[Any], n: int, seed: int = 3) -> list[Any]:
