@@ -88,22 +88,32 @@ class PoolResources:
     block: SharedBlock | None = None
 
 
-def release(resources: PoolResources) -> None:
-    """Stop every worker (bounded: CLOSE, then SIGTERM, then SIGKILL), close the pipes and unlink
-    the block. Idempotent. Must not reference the vector env (it is its finalizer)."""
+def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
+    """Stop every worker (bounded: CLOSE, then SIGTERM after ``grace``, then SIGKILL), close the
+    pipes and unlink the block. Idempotent. Must not reference the vector env (it is its
+    finalizer).
+
+    Ctrl-C (any exception) while waiting for the workers to exit stops the waiting: they are
+    killed at once, everything is released, and the exception goes on.
+    """
     workers, resources.workers = resources.workers, []
-    for worker in workers:
-        if worker.process.is_alive():
-            try:
-                proto.write_frame(worker.cmd_fd, Command.CLOSE, worker.seq + 1)
-            except (OSError, ValueError):
-                pass  # it is dying already; terminate() below makes sure
-    terminate(workers, grace=TERMINATE_GRACE)
-    for worker in workers:
-        _discard(worker)
-    block, resources.block = resources.block, None
-    if block is not None:
-        block.close()
+    try:
+        for worker in workers:
+            if worker.process.is_alive():
+                try:
+                    proto.write_frame(worker.cmd_fd, Command.CLOSE, worker.seq + 1)
+                except (OSError, ValueError):
+                    pass  # it is dying already; terminate() below makes sure
+        terminate(workers, grace=grace)
+    except BaseException:
+        terminate(workers, grace=0.0)
+        raise
+    finally:
+        for worker in workers:
+            _discard(worker)
+        block, resources.block = resources.block, None
+        if block is not None:
+            block.close()
 
 
 def _discard(worker: Worker) -> None:
@@ -795,8 +805,12 @@ class WorkerPool:
                     proto.raise_first([v for status, v in errors if status is Status.ERROR])
                 except Exception as exc:
                     error = exc
-        finally:
-            release(self.resources)
+        except BaseException:
+            # Ctrl-C while the envs close: the user wants out now, not after the envs' own
+            # close() returns; the workers are killed instead of waited for.
+            release(self.resources, grace=0.0)
+            raise
+        release(self.resources, grace=0.0 if terminate_now else TERMINATE_GRACE)
         return error
 
 

@@ -209,6 +209,8 @@ class CrashEnv(ZooEnv):
     def close(self) -> None:
         if self.how == "raise_on_close":
             raise OSError("cannot close")
+        if self.how == "slow_close":
+            time.sleep(self.seconds)
         super().close()
 
     def explode(self, message: str) -> None:

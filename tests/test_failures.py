@@ -668,6 +668,42 @@ def test_ctrl_c_interrupts_the_parent_once_and_workers_stay_quiet() -> None:
             proc.communicate(timeout=10)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["close", "step", "recv"])
+def test_ctrl_c_interrupts_every_blocking_wait(where: str) -> None:
+    # Env 1 sleeps 3 s in its close() (or in its first step): Ctrl-C 0.3 s in must not wait
+    # for it, and a second close() still releases everything (the leak check).
+    how = "slow_close" if where == "close" else "hang"
+    envs = SubprocVectorEnv(crash_fns(2, 1, how, seconds=3.0), num_workers=2)
+    envs.reset(seed=0)
+    actions = envs.action_space.sample()
+    fired: list[float] = []
+
+    def interrupt(signum: int, frame: Any) -> None:
+        fired.append(time.monotonic())
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            if where == "close":
+                envs.close()
+            elif where == "step":
+                envs.step(actions)
+            else:
+                envs.send(actions, env_ids=[0, 1])
+                envs.recv()
+        latency = time.monotonic() - fired[0]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    # measured in milliseconds; the bound only has to tell it from the 2.7 s the env still needs
+    assert latency < 0.5, latency
+    envs.close(timeout=1.0)
+    assert envs.closed
+
+
 # --- 6. no close() ----------------------------------------------------------------------------
 
 
