@@ -67,6 +67,7 @@ from typing import Any
 import cloudpickle
 from gymnasium.envs.registration import EnvSpec, registry
 
+from subvec import _pickling as pickling
 from subvec.errors import MissingMainGuardError
 
 __all__ = [
@@ -177,7 +178,7 @@ def registry_snapshot() -> bytes:
             plain[env_id] = spec
             continue
         try:
-            other[env_id] = cloudpickle.dumps(spec)
+            other[env_id] = pickling.dumps(spec)
         except Exception as exc:
             other[env_id] = f"its spec cannot be pickled ({type(exc).__name__}: {exc})"
     main = sys.modules["__main__"]
@@ -185,7 +186,7 @@ def registry_snapshot() -> bytes:
     for name in sorted(main_names):
         if hasattr(main, name):
             try:
-                main_objects[name] = cloudpickle.dumps(getattr(main, name))
+                main_objects[name] = pickling.dumps(getattr(main, name))
             except Exception:
                 pass  # gym.make in the worker says the attribute is missing: that is the cause
     return pickle.dumps((plain, other, main_objects), protocol=pickle.HIGHEST_PROTOCOL)

@@ -25,6 +25,7 @@ from typing import Any
 
 import cloudpickle
 
+from subvec import _pickling as pickling
 from subvec import _protocol as proto
 from subvec._backend import PLAIN, Collected, Failure, Outcome
 from subvec._bootstrap import lifeline_for, start
@@ -320,7 +321,7 @@ class WorkerPool:
         targets = self._send_order() if units is None else units
         dump: Callable[[Any], bytes] = proto.dumps
         if command in _CLOUDPICKLED:
-            dump = cloudpickle.dumps
+            dump = pickling.dumps
         elif command is Command.STEP_ENVS:
             dump = proto.encode_step_envs
         data = b"" if payload is None else dump(payload)

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
 import numpy as np
 import ray
 from gymnasium import Env
@@ -35,6 +34,7 @@ from subvec._block import BatchViews
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS, RestartRecord
 from subvec._front import VectorFront
+from subvec._pickling import pickle_factories
 from subvec._ray import THREAD_CAPS, EnvActor, RayActors, action_store, alive_nodes
 from subvec.errors import PlacementError
 from subvec.proxy import RemoteProxy
@@ -174,7 +174,7 @@ class RayVectorEnv(VectorFront):
                 f"placement must be one of {list(STRATEGIES)} or a ray PlacementGroup, "
                 f"got {placement!r}"
             )
-        self._blobs = self._pickle_factories()
+        self._blobs = pickle_factories(self.env_fns, self.num_envs, "a Ray actor")
         options = dict(actor_options or {})
         num_cpus = options.pop("num_cpus", None)
         if num_cpus is None:
@@ -224,21 +224,6 @@ class RayVectorEnv(VectorFront):
             raise
 
     # --- construction ------------------------------------------------------------------------
-
-    def _pickle_factories(self) -> list[bytes]:
-        blobs = []
-        for i, fn in enumerate(self.env_fns):
-            if not callable(fn):
-                raise TypeError(f"env_fns[{i}] must be a callable returning an env, got {fn!r}")
-            try:
-                blobs.append(cloudpickle.dumps(fn))
-            except Exception as exc:
-                raise TypeError(
-                    f"env_fns[{i}] ({fn!r}) cannot be pickled to send it to a Ray actor: "
-                    f"{exc}. Capture only picklable values in the factory (build the env "
-                    "inside it, not outside)."
-                ) from exc
-        return blobs
 
     def _count_actors(self, num_actors: int | None, envs_per_actor: int | None) -> int:
         n = self.num_envs

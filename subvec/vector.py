@@ -31,7 +31,6 @@ from multiprocessing import resource_tracker
 from multiprocessing.context import BaseContext
 from typing import Any
 
-import cloudpickle
 import numpy as np
 from gymnasium import Env, Space
 from gymnasium.vector.vector_env import AutoresetMode
@@ -41,6 +40,7 @@ from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS
 from subvec._front import DEFAULT_AUTORESET, VectorFront
 from subvec._local import LocalShare
+from subvec._pickling import pickle_factories
 from subvec._plan import (
     Layout,
     check_max_concurrency,
@@ -215,7 +215,7 @@ class SubprocVectorEnv(VectorFront):
         self.num_workers = self.layout.num_workers
         #: the busy-poll window of the workers that spin (0: none does)
         self.spin_us = max(self.layout.worker_spin_us)
-        blobs = self._pickle_factories()
+        blobs = pickle_factories(self.env_fns, self.num_envs - self.parent_envs, "a worker process")
         ctx = resolve_context(context)
         self.context = ctx.get_start_method()
         placements = plan_placement(numa, self.num_workers, pin)
@@ -277,23 +277,6 @@ class SubprocVectorEnv(VectorFront):
         self._recycling = recycling
 
     # --- construction ------------------------------------------------------------------------
-
-    def _pickle_factories(self) -> list[bytes]:
-        blobs = []
-        for i, fn in enumerate(self.env_fns):
-            if not callable(fn):
-                raise TypeError(f"env_fns[{i}] must be a callable returning an env, got {fn!r}")
-            if i >= self.num_envs - self.parent_envs:
-                continue  # built here in the parent: never pickled
-            try:
-                blobs.append(cloudpickle.dumps(fn))
-            except Exception as exc:
-                raise TypeError(
-                    f"env_fns[{i}] ({fn!r}) cannot be pickled to send it to a worker process: "
-                    f"{exc}. Capture only picklable values in the factory (build the env "
-                    f"inside it, not outside)."
-                ) from exc
-        return blobs
 
     def _setup_block(self) -> None:
         n = self.num_envs

@@ -112,3 +112,24 @@ def test_import_with_gymnasium_older_than_1_0_says_what_is_needed(tmp_path: Path
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: subvec needs gymnasium >= 1.0"), proc.stderr
     assert "0.29.1" in last and 'info_format="legacy"' in last
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("context", ["forkserver", "spawn", "fork"])
+def test_worker_tracebacks_name_the_users_file_line_and_source(context: str) -> None:
+    # The script's env class and lambda travel by value (cloudpickle); their errors must still
+    # point into the script as they would in-process, not at "<dynamic-code>".
+    proc = _run("user_errors.py", context)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.splitlines()[-1])
+    script = str(SCRIPTS / "user_errors.py")
+    for what, error, tag, source in (
+        ("step", "ValueError", "STEP-LINE", 'raise ValueError("the env\'s own step failed")'),
+        ("build", "KeyError", "LAMBDA-LINE", '[BrokenStep, lambda: {}["no such key"]]'),
+    ):
+        kind, text = report[what]
+        assert kind == error
+        where = f'File "{script}", line {report["lines"][tag]}, in '
+        assert where in text, text
+        assert source in text.split(where, 1)[1].splitlines()[1], text
+        assert "<dynamic-code>" not in text
