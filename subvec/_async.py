@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium import Space
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec import _protocol as proto
@@ -39,6 +39,7 @@ from subvec._merge import InfoMerger, make_merger
 from subvec._protocol import Command, ResetPayload, Status, StepEnvsPayload
 from subvec._seeding import SeedArg
 from subvec._slab import FinalObsInBlock
+from subvec._spaces import per_env_actions
 from subvec._state import _State
 from subvec.errors import RecvTimeoutError
 
@@ -250,11 +251,7 @@ class AsyncStepping:
             space = self._action_spaces.get(k)
             if space is None:
                 space = self._action_spaces[k] = batch_space(self.single_action_space, k)
-            per_env = list(iterate(space, actions))
-            if len(per_env) != k:
-                raise ValueError(
-                    f"expected {k} actions, one per env in env_ids, got {len(per_env)}"
-                )
+            per_env = per_env_actions(space, actions, k, "one per env in env_ids")
         self._enter_async()
         for env, action in zip(ids.tolist(), per_env):
             rebuilt = self._after_restart.pop(env, None)

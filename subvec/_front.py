@@ -30,7 +30,6 @@ from gymnasium.vector.utils import (
     batch_space,
     concatenate,
     create_empty_array,
-    iterate,
 )
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
@@ -52,7 +51,7 @@ from subvec._protocol import (
 from subvec._recycle import RecyclingFront
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
-from subvec._spaces import BY_VALUE, Stored, check_batch_layout
+from subvec._spaces import BY_VALUE, Stored, check_batch_layout, per_env_actions
 from subvec._state import _ASYNC_NAME, _WAITING, _State
 from subvec.errors import BrokenVectorEnvError, add_note
 
@@ -956,8 +955,8 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
         if stored is BY_VALUE:
             if per_env is None:
                 check_batch_layout(self.single_action_space, actions, self.num_envs)
-                per_env = list(iterate(self.action_space, actions))
-            if len(per_env) != self.num_envs:
+                per_env = per_env_actions(self.action_space, actions, self.num_envs, "one per env")
+            elif len(per_env) != self.num_envs:
                 raise ValueError(
                     f"expected {self.num_envs} actions, one per env, got {len(per_env)}"
                 )

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import iterate
 
 __all__ = [
     "BY_VALUE",
@@ -400,3 +401,34 @@ def _refuse_per_env_tuples(
         f"{leaves[0]}, {space.spaces[leaves[0]]}, would get a tuple instead of an array): "
         "tuple(np.stack(batch) for batch in zip(*per_env))"
     )
+
+
+def per_env_actions(batch_space: spaces.Space[Any], actions: Any, n: int, whose: str) -> list[Any]:
+    """Each env's action of a batch that travels by value: its item of ``iterate(batch_space,
+    actions)``, exactly as SyncVectorEnv hands it over.
+
+    Args:
+        batch_space: the batched action space of the ``n`` envs addressed.
+        actions: the caller's batch.
+        n: how many envs the batch is for.
+        whose: who the actions are for, for the messages ("one per env").
+
+    Returns:
+        One action per env, in order.
+
+    Raises:
+        TypeError: ``actions`` cannot be iterated as a batch (a scalar where a batch of shape
+            ``(n, ...)`` is expected); the message names the shape expected and what came.
+        ValueError: not one action per env.
+    """
+    try:
+        per_env = list(iterate(batch_space, actions))
+    except TypeError as exc:
+        shape = getattr(batch_space, "shape", None)
+        expected = f"a batch of shape {shape}" if shape else f"a batch of {n} actions"
+        came = getattr(actions, "shape", None)
+        what = f"an array of shape {came}" if came is not None else type(actions).__name__
+        raise TypeError(f"actions: expected {expected}, {whose}, got {actions!r} ({what})") from exc
+    if len(per_env) != n:
+        raise ValueError(f"expected {n} actions, {whose}, got {len(per_env)}")
+    return per_env

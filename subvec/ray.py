@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import ray
+
+from subvec._requires import missing_extra
+
+try:
+    import ray
+except ModuleNotFoundError as exc:
+    raise missing_extra(exc, "ray") from exc
 from gymnasium import Env
 from gymnasium.vector.utils import create_empty_array
 from gymnasium.vector.vector_env import AutoresetMode

@@ -224,3 +224,32 @@ def test_remote_proxy_forwards_to_call() -> None:
 def test_remote_needs_call() -> None:
     with pytest.raises(TypeError, match="call\\(\\) method"):
         subvec.remote(object())  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "build",
+    [
+        "subvec.make_vec('CartPole-v1', 2, backend='ray')",
+        "import subvec.sb3; subvec.sb3.SubprocVecEnv([lambda: None] * 2, backend='ray')",
+    ],
+)
+def test_the_ray_backend_without_ray_says_what_to_install(build: str) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if "sb3" in build:
+        pytest.importorskip("stable_baselines3")
+    # sys.modules["ray"] = None: the import fails as it does where ray is not installed
+    code = f"import sys; sys.modules['ray'] = None; import subvec; {build}"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError") and 'pip install "subvec[ray]"' in last, last

@@ -744,8 +744,15 @@ def test_bad_actions_are_refused_before_sending_and_env_stays_usable() -> None:
             envs.step(np.zeros((3, 2), dtype=np.int64))
         with pytest.raises(TypeError, match="0-d array"):
             envs.step(np.array(1))
-        with pytest.raises(TypeError):  # a scalar is no batch (gymnasium's iterate says so)
+        # a scalar is no batch: a TypeError, as gymnasium's, saying what was expected
+        with pytest.raises(
+            TypeError, match=r"expected a batch of shape \(3,\), one per env, got 1"
+        ):
             envs.step(1)
+        with pytest.raises(
+            TypeError, match=r"expected a batch of shape \(2,\), one per env in env_ids, got 1"
+        ):
+            envs.send(1, env_ids=[1, 2])
         with pytest.raises(ValueError, match="expected 3 actions, one per env, got 2"):
             envs.step([0, 1])
         assert envs.get_attr("t") == (0, 0, 0)
