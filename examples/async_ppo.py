@@ -23,10 +23,11 @@ wrappers see exactly their env's trajectory, whatever order the rows come back i
 vector-level wrappers of ``gymnasium.wrappers.vector`` wrap ``step()`` and do not apply to
 ``recv()``). With same-step autoreset the statistics are in ``infos["final_info"]``.
 
-Measured once on the project's 2-vCPU machine while other jobs shared its cores, with the
-defaults (8 envs, recv batches of 4, 128 steps per env per update, 97 updates, seed 1): the
-mean episodic return of the last 20 episodes is 153 after 25,000 env-steps and 213 after all
-99,328, in 120 s of training (137 s with start-up).
+On the project's 2-vCPU machine, with the defaults (8 envs, recv batches of 4, 128 steps per
+env per update, 97 updates, seed 1), the mean episodic return of the last 20 episodes reaches
+about 200 after all 99,328 env-steps (201 and 213 in two runs: which envs are ready first
+depends on timing, so runs differ), in about 12 s of training on a quiet machine and 30 s while
+other jobs shared its cores.
 
 Run:  python examples/async_ppo.py                          # the defaults above
       python examples/async_ppo.py --total-timesteps 4096   # a smoke run

@@ -590,7 +590,7 @@ class RayActors:
             )
             return
         except RayTaskError as exc:  # run() itself failed: not an env's doing
-            into.outcomes[unit.index] = (Status.ERROR, exc.as_instanceof_cause())  # type: ignore[no-untyped-call]
+            into.outcomes[unit.index] = (Status.ERROR, exc.as_instanceof_cause())
             return
         except RayError as exc:  # the reply was lost with its node
             self._dead.add(unit.index)
@@ -716,7 +716,7 @@ def _reap(pid: int | None, wait: float = 0.0) -> None:
 
 def alive_nodes() -> list[dict[str, Any]]:
     """Ray's record of every alive node of the cluster."""
-    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    nodes: list[dict[str, Any]] = ray.nodes()
     return [n for n in nodes if n.get("Alive")]
 
 

@@ -274,7 +274,7 @@ class RayVectorEnv(VectorFront):
         timeout = self._remaining(deadline)
         ready, _ = ray.wait([group.ready()], timeout=timeout)
         if not ready:
-            available = ray.available_resources()  # type: ignore[no-untyped-call]
+            available = ray.available_resources()
             raise PlacementError(
                 f"the placement group ({asked}) was not ready within start_timeout="
                 f"{self.start_timeout}s; the cluster has {_cluster_summary(_cpu_nodes())} "

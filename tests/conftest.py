@@ -124,3 +124,18 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say, under pytest's "N deselected", how to run the slow tests it left out."""
+    deselected = len(terminalreporter.stats.get("deselected", []))
+    config = terminalreporter.config
+    if (
+        deselected
+        and config.getoption("markexpr") == "not slow"
+        and not config.getoption("keyword")
+    ):
+        terminalreporter.write_line(
+            f"{deselected} slow tests (the long conformance cases) were left out, as by default: "
+            "`python -m pytest -m slow` runs them, `-m 'slow or not slow'` runs everything."
+        )
