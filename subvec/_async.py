@@ -33,6 +33,7 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 from subvec import _protocol as proto
 from subvec._backend import Backend, Failure, Outcome, Unit
 from subvec._block import BatchViews, ObsSlots
+from subvec._calls import checked_env_ids
 from subvec._failures import FailurePolicy
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, make_merger
@@ -266,16 +267,11 @@ class AsyncStepping:
             if self._last_ids is None:
                 raise ValueError("send() needs env_ids: no recv() has returned envs yet")
             env_ids = self._last_ids
-        ids = np.asarray(env_ids)
-        if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
-            raise ValueError(f"env_ids must be a 1-d sequence of ints, got {env_ids!r}")
-        if ids.size == 0:
-            raise ValueError("env_ids is empty: send() needs at least one env")
-        bad = [int(e) for e in ids if not 0 <= e < self.num_envs]
-        if bad:
-            raise ValueError(f"env_ids {bad} out of range: the envs are 0..{self.num_envs - 1}")
-        if len(set(ids.tolist())) != len(ids):
-            raise ValueError(f"env_ids {ids.tolist()} repeat an env: one action per env")
+        checked = checked_env_ids(env_ids, self.num_envs, "send")
+        assert checked is not None
+        if not checked:
+            raise ValueError("send: env_ids is empty: send() needs at least one env")
+        ids = np.array(checked, dtype=np.int64)
         busy = set(self.in_flight_env_ids) | set(self._ready)
         taken = [int(e) for e in ids if int(e) in busy]
         if taken:
@@ -290,7 +286,7 @@ class AsyncStepping:
                     f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: "
                     "drain() and reset them (reset_mask) before stepping them again"
                 )
-        return ids.astype(np.int64)
+        return ids
 
     def recv(
         self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None

@@ -228,53 +228,7 @@ class EnvCalls:
         return self.call("render", env_ids=env_ids)
 
     def _checked_env_ids(self, env_ids: EnvIds, where: str) -> list[int] | None:
-        """``env_ids`` as a list of distinct env indices in ``[0, num_envs)`` (None stays None).
-
-        Raises:
-            TypeError: not a sequence of ints (a bare int, floats, bools, strings).
-            ValueError: an index out of range, negative or repeated.
-        """
-        if env_ids is None:
-            return None
-        n = self.num_envs
-        expected = f"a list, tuple or 1-d array of distinct env indices in [0, {n})"
-        if isinstance(env_ids, (int, np.integer)):
-            raise TypeError(
-                f"{where}: env_ids must be {expected}, got the int {env_ids!r}; pass [{env_ids!r}]"
-            )
-        if isinstance(env_ids, np.ndarray):
-            if env_ids.ndim != 1 or not (
-                env_ids.size == 0 or np.issubdtype(env_ids.dtype, np.integer)
-            ):
-                raise TypeError(
-                    f"{where}: env_ids must be {expected}, got an array of shape "
-                    f"{env_ids.shape} and dtype {env_ids.dtype}"
-                )
-            items: list[Any] = env_ids.tolist()
-        elif isinstance(env_ids, (str, bytes, dict)) or not isinstance(env_ids, Iterable):
-            raise TypeError(f"{where}: env_ids must be {expected}, got {env_ids!r}")
-        else:
-            items = list(env_ids)
-        ids: list[int] = []
-        for item in items:
-            if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
-                raise TypeError(
-                    f"{where}: env_ids must be {expected}, got {item!r} "
-                    f"({type(item).__name__}) in {items!r}"
-                )
-            ids.append(int(item))
-        bad = [e for e in ids if not 0 <= e < n]
-        if bad:
-            raise ValueError(
-                f"{where}: env_ids {bad} out of range: expected env indices in [0, {n}) (the "
-                f"envs are 0..{n - 1}; negative indices are refused), got {ids}"
-            )
-        if len(set(ids)) != len(ids):
-            repeated = sorted({e for e in ids if ids.count(e) > 1})
-            raise ValueError(
-                f"{where}: env_ids {ids} repeat env(s) {repeated}: expected each env once"
-            )
-        return ids
+        return checked_env_ids(env_ids, self.num_envs, where)
 
     def _by_unit(self, ids: Sequence[int]) -> dict[int, list[int]]:
         """The envs of ``ids`` (valid indices) by the index of the unit holding them, each
@@ -285,3 +239,58 @@ class EnvCalls:
             unit = self._units[bisect_right(los, e) - 1]
             targets.setdefault(unit.index, []).append(e)
         return targets
+
+
+def checked_env_ids(env_ids: EnvIds, num_envs: int, where: str) -> list[int] | None:
+    """``env_ids`` as a list of distinct env indices in ``[0, num_envs)`` (None stays None): the
+    one check of every ``env_ids=`` (calls, attributes, reset options, ``send``).
+
+    Args:
+        env_ids: what the caller passed.
+        num_envs: the vector env's number of envs.
+        where: the method, for the message (``"call"``).
+
+    Returns:
+        The indices, or None.
+
+    Raises:
+        TypeError: not a sequence of ints (a bare int, floats, bools, strings).
+        ValueError: an index out of range, negative or repeated.
+    """
+    if env_ids is None:
+        return None
+    n = num_envs
+    expected = f"a list, tuple or 1-d array of distinct env indices in [0, {n})"
+    if isinstance(env_ids, (int, np.integer)):
+        raise TypeError(
+            f"{where}: env_ids must be {expected}, got the int {env_ids!r}; pass [{env_ids!r}]"
+        )
+    if isinstance(env_ids, np.ndarray):
+        if env_ids.ndim != 1 or not (env_ids.size == 0 or np.issubdtype(env_ids.dtype, np.integer)):
+            raise TypeError(
+                f"{where}: env_ids must be {expected}, got an array of shape "
+                f"{env_ids.shape} and dtype {env_ids.dtype}"
+            )
+        items: list[Any] = env_ids.tolist()
+    elif isinstance(env_ids, (str, bytes, dict)) or not isinstance(env_ids, Iterable):
+        raise TypeError(f"{where}: env_ids must be {expected}, got {env_ids!r}")
+    else:
+        items = list(env_ids)
+    ids: list[int] = []
+    for item in items:
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+            raise TypeError(
+                f"{where}: env_ids must be {expected}, got {item!r} "
+                f"({type(item).__name__}) in {items!r}"
+            )
+        ids.append(int(item))
+    bad = [e for e in ids if not 0 <= e < n]
+    if bad:
+        raise ValueError(
+            f"{where}: env_ids {bad} out of range: expected env indices in [0, {n}) (the "
+            f"envs are 0..{n - 1}; negative indices are refused), got {ids}"
+        )
+    if len(set(ids)) != len(ids):
+        repeated = sorted({e for e in ids if ids.count(e) > 1})
+        raise ValueError(f"{where}: env_ids {ids} repeat env(s) {repeated}: expected each env once")
+    return ids

@@ -246,7 +246,7 @@ def test_lock_step_calls_while_in_flight_say_drain_and_send_refuses_bad_ids() ->
         ids = envs.recv()[4]["env_id"].tolist()
         for bad, message in [
             ([7], "out of range"),
-            ([ids[0], ids[0]], "repeat an env"),
+            ([ids[0], ids[0]], "repeat env"),
             ([e for e in range(3) if e not in ids][:1], "in flight or hold a result"),
             ([], "empty"),
         ]:

@@ -108,6 +108,8 @@ def test_bad_env_ids_are_refused_and_the_env_stays_usable(
             envs.set_attr("marker", "x", env_ids=env_ids)
         with pytest.raises(error, match=f"set_reset_options: .*{message}"):
             envs.set_reset_options({"level": 1}, env_ids=env_ids)
+        with pytest.raises(error, match=f"send: .*{message}"):  # the same check, the same error
+            envs.send(np.zeros(np.size(env_ids), dtype=np.int64), env_ids=env_ids)
         assert _seqs(envs) == before  # nothing was sent
         assert envs.get_attr("marker") == ("default",) * 5
         assert envs.reset_options == (None,) * 5
