@@ -55,7 +55,7 @@ from subvec._spaces import BY_VALUE, Stored, check_batch_layout, per_env_actions
 from subvec._state import _ASYNC_NAME, _WAITING, _State
 from subvec.errors import BrokenVectorEnvError, add_note
 
-__all__ = ["DEFAULT_AUTORESET", "EnvIds", "ResetOptions", "VectorFront"]
+__all__ = ["EnvIds", "ResetOptions", "VectorFront"]
 
 #: ``reset(options=...)``: one dict for every env, one dict (or None) per env, or None
 ResetOptions = dict[str, Any] | Sequence[dict[str, Any] | None] | None
@@ -66,19 +66,6 @@ EnvOptions = dict[str, Any] | list[dict[str, Any] | None] | None
 DEFAULT_CLOSE_TIMEOUT = 10.0
 #: The same bound once a worker has died (the others may be stuck mid-step).
 BROKEN_CLOSE_TIMEOUT = 2.0
-
-
-class _AutoresetDefault:
-    """The default of ``autoreset_mode``: NEXT_STEP, gymnasium's default, except with
-    ``info_format="legacy"``, whose only mode is SAME_STEP (gymnasium 0.29's). It reads as
-    gymnasium's default in signatures and ``help()``; given explicitly, NEXT_STEP with the
-    legacy format is refused."""
-
-    def __repr__(self) -> str:
-        return repr(AutoresetMode.NEXT_STEP)
-
-
-DEFAULT_AUTORESET = _AutoresetDefault()
 
 
 def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
@@ -122,7 +109,7 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
     def _configure(
         self,
         env_fns: Iterable[Callable[[], Any]],
-        autoreset_mode: str | AutoresetMode | _AutoresetDefault | None,
+        autoreset_mode: str | AutoresetMode | None,
         info_format: str,
         *,
         copy: bool,
@@ -161,7 +148,7 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
                 f"info_format must be 'gymnasium', 'legacy' or 'list', got {info_format!r}"
             )
         self.info_format = info_format
-        if autoreset_mode is None or isinstance(autoreset_mode, _AutoresetDefault):
+        if autoreset_mode is None:  # NEXT_STEP, gymnasium's; the legacy format's only mode
             autoreset_mode = (
                 AutoresetMode.SAME_STEP if info_format == "legacy" else AutoresetMode.NEXT_STEP
             )

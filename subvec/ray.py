@@ -120,7 +120,8 @@ class RayVectorEnv(VectorFront):
         address: the Ray cluster to connect to when Ray is not initialised yet (``"auto"``:
             the one ``ray start`` started on this machine; None: start a local one). Ray
             started here is shut down at close; Ray already initialised is used and left up.
-        autoreset_mode: as SubprocVectorEnv's (default NEXT_STEP).
+        autoreset_mode: as SubprocVectorEnv's (None: NEXT_STEP, or SAME_STEP with
+            ``info_format="legacy"``).
         info_format: ``"gymnasium"``, ``"list"`` or ``"legacy"``, as SubprocVectorEnv's.
         copy: return fresh observation arrays; ``False`` returns the driver's batch, valid
             until the next call.

@@ -38,7 +38,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS
-from subvec._front import DEFAULT_AUTORESET, VectorFront
+from subvec._front import VectorFront
 from subvec._local import LocalShare
 from subvec._pickling import pickle_factories
 from subvec._plan import (
@@ -83,8 +83,9 @@ class SubprocVectorEnv(VectorFront):
         worker: gymnasium's custom worker function; only None is accepted (see Raises).
         observation_mode: ``"same"``, ``"different"`` or ``(observation_space, single_space)``.
         autoreset_mode: an ``AutoresetMode`` or its value/name ("NextStep", "same_step", ...).
-            Default NEXT_STEP, as gymnasium's; with ``info_format="legacy"`` the default is
-            SAME_STEP, the only mode that format has (an explicit other mode is refused).
+            None (the default): NEXT_STEP, gymnasium's default, or SAME_STEP with
+            ``info_format="legacy"``, the only mode that format has (an explicit other mode is
+            refused).
         max_concurrency: the most envs in ``step`` or ``reset`` at once, as gymnasium's (None:
             no limit; calls and attributes are not limited). A worker steps its envs one
             after the other, so by default there are at most that many workers; with more
@@ -147,9 +148,7 @@ class SubprocVectorEnv(VectorFront):
         *,
         worker: Callable[..., Any] | None = None,
         observation_mode: str | tuple[Space[Any], Space[Any]] = "same",
-        # Reads as gymnasium's default; with info_format="legacy" it means SAME_STEP (and None,
-        # this option's former default, still means the default).
-        autoreset_mode: str | AutoresetMode = DEFAULT_AUTORESET,  # type: ignore[assignment]
+        autoreset_mode: str | AutoresetMode | None = None,
         max_concurrency: int | None = None,
         num_workers: int | None = None,
         envs_per_worker: int | None = None,
