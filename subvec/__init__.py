@@ -21,6 +21,9 @@ General layout (lower layers never import higher ones):
     _failures         the failure policy: raise, or restart and report
     _stats            per-worker statistics (stats()) and a process's resident memory
     _recycle          recycling: workers replaced between episodes, and the front's hooks
+    _state            the front's call states (shared with its mixins)
+    _async, _calls    the front's mixins: send/recv stepping; call, get_attr, set_attr, render
+    _pickling         what travels by value to a worker or actor (cloudpickle, file names kept)
     _front            the gymnasium VectorEnv contract over backends
     vector            SubprocVectorEnv: the process backend's public class
     proxy             remote(envs): attribute-style forwarding to any vector env's call()

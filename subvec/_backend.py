@@ -2,7 +2,7 @@
 
 The front (``subvec._front``) knows the gymnasium contract; a backend knows how envs run. A
 *unit* is the backend's unit of scheduling: a worker process and its consecutive envs
-``lo..hi-1``, or the parent's own envs (``parent_envs``); a Ray actor later. The front speaks
+``lo..hi-1``, the parent's own envs (``parent_envs``), or a Ray actor. The front speaks
 to every backend the same way:
 
 - ``send(command, payload | per_unit, units)``: start a command on a set of units (all by

@@ -4,7 +4,11 @@
                  │          bookkeeping, error surfacing, failure policy
                  │  send(command, payloads) / collect(timeout) -> outcomes + failures
                  ├── WorkerPool (``_pool``): worker processes, pipes, sentinels
-                 └── LocalShare (``_local``): the parent's own envs, run inside collect
+                 ├── LocalShare (``_local``): the parent's own envs, run inside collect
+                 └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
+
+Its mixins add asynchronous stepping (``_async``), calls and attributes (``_calls``) and
+recycling (``_recycle``); the call states are ``_state``.
 
 The front knows no pipes and no processes. Every fixed-size result of a call is already in the
 batch arrays when a unit answers (for the process backend those are views of the shared

@@ -149,7 +149,7 @@ def merge_scalar_events(events: Sequence[InfoEvent], num_envs: int) -> dict[str,
 # before its reply, so the parent reads it only after the reply and never sees a stale one (a
 # late reply the parent dropped was followed by a newer write). A step whose infos do not fit
 # (another key, type or order, a non-scalar, an env that said nothing) clears the flag and sends
-# the infos in the reply as before.
+# the infos in the reply instead.
 
 #: key slots in the block; an env with more scalar keys sends its infos in the reply
 MAX_INFO_KEYS = 32

@@ -35,7 +35,7 @@ from subvec._topology import Placement
 from subvec._worker import worker_main
 from subvec.errors import describe_exitcode
 
-__all__ = ["Gathered", "Reply", "Worker", "WorkerPool", "release"]
+__all__ = ["Worker", "WorkerPool", "release"]
 
 #: After SIGTERM, how long a worker gets before SIGKILL; also the grace of a last-resort close.
 TERMINATE_GRACE = 1.0
@@ -63,10 +63,6 @@ class Worker:
         self.cmd_fd = self.cmd_conn.fileno()
         self.reply_fd = self.reply_conn.fileno()
         self.pid = self.process.pid
-
-    @property
-    def envs(self) -> range:
-        return range(self.lo, self.hi)
 
     def describe(self) -> str:
         span = f"env {self.lo}" if self.hi - self.lo == 1 else f"envs {self.lo}..{self.hi - 1}"

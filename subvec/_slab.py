@@ -3,7 +3,8 @@
 This module knows nothing about processes, pipes or shared memory: it reads actions from and
 writes observations, rewards and flags into whatever arrays it is given, and returns the infos
 as a list of ``(local_env, info)`` events in the exact order SyncVectorEnv would merge them. A
-worker process wraps it; tests drive it directly; another backend (Ray) could wrap it too.
+worker process wraps it, and so does the parent for its own envs (``_local``); tests drive it
+directly.
 
 The autoreset logic mirrors gymnasium 1.x SyncVectorEnv so that results are byte-identical:
 

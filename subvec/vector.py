@@ -10,12 +10,8 @@ Data flow of one step (see docs/design.md for the full picture)::
     merge infos with gymnasium's _key masks              pickled infos, or ERROR with a record
     copy observations out of the block
 
-Actors: the parent owns the shared block (creates and unlinks it), one command and one reply
-pipe per worker, and the state machine (idle / waiting for reset, step or call / broken /
-closed). Each worker owns its envs. Every wait watches the workers' sentinels as well as their
-reply pipes, so a dead worker is noticed at once even while others are still busy, and every
-wait can be bounded by a timeout. Each command carries a sequence number echoed by its reply,
-so a reply to a command the parent stopped waiting for is dropped, never mistaken for the next.
+Who owns what: the parent's pool (``_pool``) owns the workers, their pipes and the shared
+block; the front (``_front``) owns the state machine; each worker owns its envs.
 
 This module is the process backend's public class: it plans the layout (``_plan``), starts the
 pool (``_pool``) and the parent's own envs (``_local``), plans and attaches the block
