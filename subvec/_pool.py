@@ -18,7 +18,7 @@ import select
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -29,8 +29,10 @@ from subvec import _pickling as pickling
 from subvec import _protocol as proto
 from subvec._backend import PLAIN, Collected, Failure, Outcome
 from subvec._bootstrap import lifeline_for, start
+from subvec._gpus import WorkerEnvSpec, worker_environment
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
 from subvec._shm import SharedBlock
+from subvec._starts import BuildFailure, StartGate
 from subvec._topology import Placement
 from subvec._worker import worker_main
 from subvec.errors import describe_exitcode
@@ -83,6 +85,8 @@ class PoolResources:
 
     workers: list[Worker] = field(default_factory=list)
     block: SharedBlock | None = None
+    #: the start tokens (max_concurrent_starts), if any
+    gate: StartGate | None = None
 
 
 def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
@@ -111,6 +115,9 @@ def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
         block, resources.block = resources.block, None
         if block is not None:
             block.close()
+        gate, resources.gate = resources.gate, None
+        if gate is not None:
+            gate.close()
 
 
 def _discard(worker: Worker) -> None:
@@ -161,6 +168,12 @@ class WorkerPool:
             A STEP or RESET then goes to that many workers first, and to the next one each
             time one answers (``gather``), so at most that many envs are in ``step`` or
             ``reset`` at any moment (a worker steps its envs one after the other).
+        worker_env: variables for each worker's environment: a dict, or a callable taking
+            the worker's ``Placement`` and returning one (``subvec._gpus.worker_environment``;
+            evaluated here at each start, so a replacement gets the same).
+        max_concurrent_starts: the most workers building their envs (and serving their first
+            reset) at once (None: no limit; see ``subvec._starts``).
+        build_retries: how many more times a worker calls a factory that raised.
     """
 
     inline = False
@@ -179,8 +192,15 @@ class WorkerPool:
         partner: int | None = None,
         max_active: int | None = None,
         threads: int | None = None,
+        worker_env: WorkerEnvSpec = None,
+        max_concurrent_starts: int | None = None,
+        build_retries: int = 0,
     ) -> None:
         self.ctx = ctx
+        self.worker_env = worker_env
+        self.build_retries = build_retries
+        #: every failed factory attempt that was tried again, in the order the workers said
+        self.build_failures: list[BuildFailure] = []
         self.threads = threads
         self.factories = factories
         self.registry = registry
@@ -189,6 +209,8 @@ class WorkerPool:
         self.placements = placements
         self.daemon = daemon
         self.resources = PoolResources()
+        if max_concurrent_starts is not None:
+            self.resources.gate = StartGate(max_concurrent_starts)
         self.spin_s = spin_s
         self._poller: tuple[select.poll, dict[int, tuple[Worker, bool]]] | None = None
         #: a moving average of how long a whole-pool gather has been waiting
@@ -217,10 +239,21 @@ class WorkerPool:
 
     # --- start ----------------------------------------------------------------------------
 
+    def placement(self, index: int) -> Placement:
+        """Where worker ``index`` is planned to run (unpinned and without GPU when not placed)."""
+        if self.placements:
+            return self.placements[index]
+        return Placement(index, None, None)
+
     def spawn(self, index: int) -> Worker:
-        """Start worker ``index`` (its handshake is then awaited with ``gather``)."""
+        """Start worker ``index`` (its handshake is then awaited with ``gather``).
+
+        Raises:
+            TypeError: ``worker_env`` gave no dict of str to str for this worker.
+        """
         lo, hi = self.bounds[index]
         ctx = self.ctx
+        environ = worker_environment(self.worker_env, self.placement(index))
         cmd_r, cmd_w = ctx.Pipe(duplex=False)
         reply_r, reply_w = ctx.Pipe(duplex=False)
         inherited: list[int] = []
@@ -246,6 +279,9 @@ class WorkerPool:
                 inherited,
                 lifeline_for(method),
                 self.threads,
+                environ,
+                self.resources.gate,
+                self.build_retries,
             ),
             daemon=self.daemon,
         )
@@ -276,7 +312,9 @@ class WorkerPool:
         """
         outcomes = self._answers(workers, timeout, "building the envs")
         for worker in workers:
-            worker.hello = outcomes[worker.index][1]
+            hello: WorkerHello = outcomes[worker.index][1]
+            worker.hello = hello
+            self.build_failures += [replace(f, worker=worker.index) for f in hello.build_failures]
 
     def attach(self, block: SharedBlock, spec: AttachSpec, timeout: float | None) -> None:
         """Hand the workers the block (the pool releases it with the workers from now on).

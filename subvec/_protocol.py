@@ -26,7 +26,7 @@ import pickle
 import struct
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -152,6 +152,8 @@ class WorkerHello:
     action_spaces: list[Any]
     metadata: dict[str, Any]
     render_mode: str | None
+    #: failed attempts of factories that were tried again (``build_retries``; ``_starts``)
+    build_failures: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

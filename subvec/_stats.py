@@ -33,6 +33,8 @@ class WorkerStats:
             (``on_worker_failure="restart"``).
         recycles: how often it was replaced by recycling (``recycle_every``/``worker_max_rss``).
         rss: its resident memory in bytes (None without psutil, or if it could not be read).
+        failed_builds: failed attempts of its env factories that were tried again
+            (``build_retries``), over its replacements too.
     """
 
     worker: int
@@ -44,6 +46,7 @@ class WorkerStats:
     restarts: int
     recycles: int
     rss: int | None
+    failed_builds: int = 0
 
 
 def process_rss(pid: int | None) -> int | None:
@@ -65,8 +68,10 @@ def worker_stats(
     counters: Mapping[int, WorkerCounters],
     restarts: Sequence[RestartRecord],
     recycles: Sequence[RestartRecord],
+    build_failures: Sequence[Any] = (),
 ) -> list[WorkerStats]:
-    """The :class:`WorkerStats` of ``workers`` (``_pool.Worker``) from their ``counters``."""
+    """The :class:`WorkerStats` of ``workers`` (``_pool.Worker``) from their ``counters``
+    (``build_failures``: ``_starts.BuildFailure`` records)."""
     out = []
     for w in workers:
         c = counters[w.index]
@@ -81,6 +86,7 @@ def worker_stats(
                 restarts=sum(1 for r in restarts if r.worker == w.index),
                 recycles=sum(1 for r in recycles if r.worker == w.index),
                 rss=process_rss(w.pid),
+                failed_builds=sum(1 for f in build_failures if f.worker == w.index),
             )
         )
     return out

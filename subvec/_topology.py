@@ -40,9 +40,11 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from subvec._gpus import Gpu
 
 __all__ = [
     "NumaSpec",
@@ -333,11 +335,24 @@ def discover(
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one worker should run: its NUMA node and the CPUs it may use (None: unpinned)."""
+    """Where one worker should run: its NUMA node, the CPUs it may use (None: unpinned) and
+    the GPU it is given (None: none; see ``subvec._gpus``).
+
+    This is what a ``worker_env`` callable receives.
+
+    Attributes:
+        worker: the worker's index.
+        node: the NUMA node it is pinned to (None: not pinned).
+        cpus: the CPUs it may run on (None: unpinned).
+        gpu: the CUDA ordinal (in the parent) of its GPU, or None.
+        gpu_info: that GPU as discovered (bus id, node, ``CUDA_VISIBLE_DEVICES`` entry).
+    """
 
     worker: int
     node: int | None
     cpus: tuple[int, ...] | None
+    gpu: int | None = None
+    gpu_info: Gpu | None = field(default=None, repr=False)
 
 
 #: What ``numa=`` accepts: ``"auto"``, ``True``, ``None``/``False``, ``{node: [cpus]}``, Topology.
@@ -387,20 +402,26 @@ def plan_placement(
     num_workers: int,
     pin: str = "node",
     *,
+    gpus: Sequence[Gpu] | None = None,
     sysfs_root: str | os.PathLike[str] = "/sys",
     allowed: Iterable[int] | None = None,
 ) -> list[Placement] | None:
     """Return one Placement per worker, or None when no placement is wanted.
 
     ``numa``: ``"auto"`` places workers only when the machine has several usable NUMA nodes
-    (on one node it returns None: no pinning at all, whatever ``pin`` says); ``True`` places
-    even on one node; ``None``/``False`` disables placement; a ``{node: [cpus]}`` dict or a
-    :class:`Topology` gives the topology explicitly (and always places).
+    (on one node it pins nothing, whatever ``pin`` says); ``True`` places even on one node;
+    ``None``/``False`` disables placement; a ``{node: [cpus]}`` dict or a :class:`Topology`
+    gives the topology explicitly (and always places).
 
-    Worker ``w`` goes to node ``w % n_nodes``. ``pin="node"`` lets it use all CPUs of its node;
-    ``pin="core"`` gives it one CPU, spreading over physical cores before hyperthread siblings.
-    When a node gets more workers than it has CPUs, its workers get the whole node instead of
-    sharing single CPUs, and a ``UserWarning`` says so.
+    Without ``gpus``, worker ``w`` goes to node ``w % n_nodes``. With ``gpus`` (see
+    ``subvec._gpus.resolve_gpus``), worker ``w`` gets GPU ``gpus[w % len(gpus)]`` and goes to
+    that GPU's node; a worker whose GPU's node is unknown or has no CPU here is placed
+    round-robin among the nodes, as without GPUs. ``pin="node"`` lets a worker use all CPUs
+    of its node; ``pin="core"`` gives it one CPU, spreading over physical cores before
+    hyperthread siblings. When a node gets more workers than it has CPUs, its workers get the
+    whole node instead of sharing single CPUs, and a ``UserWarning`` says so. With ``gpus``
+    and no pinning (``numa=None``, or ``"auto"`` on one node), the placements carry only the
+    GPUs (node and CPUs None).
 
     ``sysfs_root`` and ``allowed`` (default ``os.sched_getaffinity(0)``) are for discovery and
     for validating an explicit dict; tests point them at a fake tree.
@@ -411,12 +432,16 @@ def plan_placement(
         raise TypeError(f"num_workers must be an int, got {num_workers!r}")
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    gpu_of: list[Gpu | None] = [
+        gpus[worker % len(gpus)] if gpus else None for worker in range(num_workers)
+    ]
+    unpinned = None if not gpus else [_placed(w, None, None, gpu_of[w]) for w in range(num_workers)]
     resolved = _resolve_topology(numa, sysfs_root, allowed)
     if resolved is None:
-        return None
+        return unpinned
     topology, forced = resolved
     if not forced and len(topology.nodes) < 2:
-        return None
+        return unpinned
     if not can_pin():
         # Only an explicit numa= gets here without a sysfs (a one-node fallback is not placed).
         warnings.warn(
@@ -426,12 +451,18 @@ def plan_placement(
             UserWarning,
             stacklevel=3,
         )
-        return None
+        return unpinned
 
     node_ids = list(topology.nodes)
     assigned: dict[int, list[int]] = {node: [] for node in node_ids}
+    round_robin = 0  # the workers placed without a GPU's node, so far
     for worker in range(num_workers):
-        assigned[node_ids[worker % len(node_ids)]].append(worker)
+        gpu = gpu_of[worker]
+        if gpu is not None and gpu.node is not None and gpu.node in topology.nodes:
+            assigned[gpu.node].append(worker)
+        else:
+            assigned[node_ids[round_robin % len(node_ids)]].append(worker)
+            round_robin += 1
 
     placements: dict[int, Placement] = {}
     downgraded: list[str] = []
@@ -441,11 +472,11 @@ def plan_placement(
             downgraded.append(f"node {node} ({len(workers)} workers, {len(cpus)} CPUs)")
         if pin == "node" or len(workers) > len(cpus):
             for worker in workers:
-                placements[worker] = Placement(worker, node, cpus)
+                placements[worker] = _placed(worker, node, cpus, gpu_of[worker])
         else:
             order = _core_spread_order(topology, cpus)
             for worker, cpu in zip(workers, order, strict=False):  # order may be longer
-                placements[worker] = Placement(worker, node, (cpu,))
+                placements[worker] = _placed(worker, node, (cpu,), gpu_of[worker])
     if downgraded:
         warnings.warn(
             "pin='core' needs one CPU per worker; more workers than CPUs on "
@@ -457,6 +488,12 @@ def plan_placement(
     return [placements[worker] for worker in range(num_workers)]
 
 
+def _placed(
+    worker: int, node: int | None, cpus: tuple[int, ...] | None, gpu: Gpu | None
+) -> Placement:
+    return Placement(worker, node, cpus, None if gpu is None else gpu.index, gpu)
+
+
 # --------------------------------------------------------------------------------------------
 # Applying (worker side)
 # --------------------------------------------------------------------------------------------
@@ -464,7 +501,7 @@ def plan_placement(
 
 @dataclass(frozen=True)
 class PlacementReport:
-    """What a worker reports in its ready handshake: where it actually runs.
+    """What a worker reports in its ready handshake: where it actually runs, and on which GPU.
 
     ``cpus`` is the worker's affinity after placement; ``preferred_node`` is the node of the
     "preferred" memory policy when it was set through libnuma, else None.
@@ -474,6 +511,14 @@ class PlacementReport:
     node: int | None
     cpus: tuple[int, ...]
     preferred_node: int | None = None
+    #: the CUDA ordinal (in the parent) of the worker's GPU, or None
+    gpu: int | None = None
+    #: the worker's ``CUDA_VISIBLE_DEVICES`` once set (its GPU's entry, or worker_env's)
+    cuda_visible_devices: str | None = None
+    #: the EGL device index the worker was given (``MUJOCO_EGL_DEVICE_ID``), or None
+    egl_device: int | None = None
+    #: how ``egl_device`` was chosen (an EGL query, worker_env, or the documented fallback)
+    egl_source: str | None = None
 
 
 def _thread_ids() -> set[int]:

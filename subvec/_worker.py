@@ -2,8 +2,10 @@
 
     parent                                     worker (this module)
     ------                                     --------------------
-    Process(target=worker_main, args=...) ───► tie itself to the parent's life, pin itself
+    Process(target=worker_main, args=...) ───► set its environment (GPU, worker_env), tie
+                                               itself to the parent's life, pin itself
                                                build its k envs from cloudpickled factories
+                                               (holding a start token; retried on failure)
                        READY(hello) ◄───────── report pid, placement, spaces, metadata
     ATTACH(block name, layout) ──────────────► map the shared block, bind the EnvSlab
     STEP / RESET / CALL / SET_ATTR / ... ───► EnvSlab does the work; rows land in the block
@@ -27,6 +29,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -36,10 +39,12 @@ from gymnasium.vector.vector_env import AutoresetMode
 from subvec import _protocol as proto
 from subvec._block import bind_rows, slot_writers
 from subvec._bootstrap import Lifeline, adopt_registry, tie_to_parent
+from subvec._gpus import gpu_environment
 from subvec._infos import InfoBlockWriter, to_columns
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
 from subvec._shm import SharedBlock
 from subvec._slab import EnvSlab, SlabResult
+from subvec._starts import BuildFailure, StartGate, build_env, maybe_token
 from subvec._threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._topology import Placement, apply_placement
 
@@ -71,6 +76,9 @@ def worker_main(
     inherited_fds: list[int],
     lifeline: Lifeline,
     threads: int | None = None,
+    environ: dict[str, str | None] | None = None,
+    gate: StartGate | None = None,
+    build_retries: int = 0,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if threads is not None:
@@ -78,6 +86,10 @@ def worker_main(
         # BLAS that numpy loaded before we ran is capped by call (see _threads).
         cap_environment(threads)
         cap_loaded_blas(threads)
+    # Also before the factories are unpickled: a simulator reads its device variables when it
+    # is imported. After the thread caps, so that worker_env may change those too.
+    gpu = placement.gpu_info if placement is not None else None
+    gpu_report = gpu_environment(gpu, environ or {})
     for fd in inherited_fds:  # fork only: other workers' pipe ends copied into us
         try:
             os.close(fd)
@@ -85,22 +97,31 @@ def worker_main(
             pass  # already closed: nothing of ours to release
     tie_to_parent(lifeline)
     _watch_parent()
-    report = apply_placement(placement)
+    report = replace(
+        apply_placement(placement),
+        gpu=None if gpu is None else gpu.index,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        egl_device=None if gpu_report is None else gpu_report.egl_device,
+        egl_source=None if gpu_report is None else gpu_report.egl_source,
+    )
     cmd_fd, reply_fd = cmd_conn.fileno(), reply_conn.fileno()
 
     envs: list[Any] = []
+    failures: list[BuildFailure] = []
     loaded = 0  # factories unpickled: an error before all are names the next env
     try:
-        # Unpickling imports the modules the factories name (and so their registrations);
-        # the parent's registry then fills in what the script registered (see _bootstrap).
-        fns = []
-        for blob in factories:
-            fns.append(cloudpickle.loads(blob))
-            loaded += 1
-        if registry is not None:
-            adopt_registry(registry)
-        for fn in fns:
-            envs.append(fn())
+        # A start token covers unpickling too: it imports the simulator (max_concurrent_starts).
+        with maybe_token(gate):
+            # Unpickling imports the modules the factories name (and so their registrations);
+            # the parent's registry then fills in what the script registered (see _bootstrap).
+            fns = []
+            for blob in factories:
+                fns.append(cloudpickle.loads(blob))
+                loaded += 1
+            if registry is not None:
+                adopt_registry(registry)
+            for fn in fns:
+                envs.append(build_env(fn, first_env + len(envs), build_retries, failures))
         if threads is not None:
             cap_torch(threads)  # the envs may have imported torch, which sized its pools
             cap_loaded_blas(threads)  # and loaded a BLAS of their own
@@ -123,13 +144,14 @@ def worker_main(
             action_spaces=[env.action_space for env in envs],
             metadata=dict(envs[0].metadata),
             render_mode=envs[0].render_mode,
+            build_failures=failures,
         )
         proto.write_frame(reply_fd, Status.READY, 0, cloudpickle.dumps(hello))
     except Exception as exc:
         record = ErrorRecord.capture(exc, first_env, "make")
         proto.write_frame(reply_fd, Status.ERROR, 0, proto.dumps(record))
         return
-    _Server(worker_index, slab, cmd_fd, reply_fd).serve()
+    _Server(worker_index, slab, cmd_fd, reply_fd, gate).serve()
 
 
 # Enum members as module constants: the per-step path compares against them every step.
@@ -140,8 +162,12 @@ _OK, _OK_PAYLOAD = Status.OK, Status.OK_PAYLOAD
 
 
 class _Server:
-    def __init__(self, index: int, slab: EnvSlab, cmd_fd: int, reply_fd: int) -> None:
+    def __init__(
+        self, index: int, slab: EnvSlab, cmd_fd: int, reply_fd: int, gate: StartGate | None = None
+    ) -> None:
         self.index = index
+        #: the start tokens, held again for the first reset (where some simulators load)
+        self.first_reset_gate = gate
         self.slab = slab
         self.cmd_fd = cmd_fd
         self.reply_fd = reply_fd
@@ -256,7 +282,9 @@ class _Server:
             return (Status.OK_PAYLOAD if reply else Status.OK), reply
         elif command is Command.RESET:
             reset: proto.ResetPayload = proto.loads(payload)
-            result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
+            gate, self.first_reset_gate = self.first_reset_gate, None
+            with maybe_token(gate):
+                result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
         elif command is Command.STEP_ENVS:
             some = proto.decode_step_envs(payload)
             result = slab.step_envs(some.envs, some.actions)

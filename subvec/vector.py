@@ -35,6 +35,7 @@ from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS
 from subvec._front import VectorFront
+from subvec._gpus import GpuSpec, WorkerEnvSpec, resolve_gpus
 from subvec._local import LocalShare
 from subvec._pickling import pickle_factories
 from subvec._plan import (
@@ -48,6 +49,7 @@ from subvec._pool import WorkerPool, release
 from subvec._protocol import Command
 from subvec._recycle import RecyclePolicy
 from subvec._shm import SharedBlock
+from subvec._starts import BuildFailure, check_build_retries, check_max_concurrent_starts
 from subvec._state import _WAITING, _State
 from subvec._stats import WorkerStats, worker_stats
 from subvec._threads import check_threads
@@ -125,6 +127,24 @@ class SubprocVectorEnv(VectorFront):
             ``recycles``). None: never. Needs one env per worker.
         worker_max_rss: replace a worker, in the same way, at the end of an episode of its env
             when its resident memory exceeds this many bytes (read with psutil). None: never.
+        gpus: the GPUs the workers render or compute on: None (none: nothing set), ``"auto"``
+            (every GPU this process may use), a list of CUDA indices, or ``{gpu: numa_node}``
+            (where the topology cannot be read). Worker ``w`` gets GPU ``w % len(gpus)``, runs
+            on its GPU's NUMA node (with ``numa`` placing; ``pin`` applies within the node),
+            and has ``CUDA_VISIBLE_DEVICES``, ``MUJOCO_EGL_DEVICE_ID`` and ``EGL_DEVICE_ID``
+            set for it before its factories are unpickled (docs/numa.md, "GPUs").
+        worker_env: environment variables for the workers: a dict (a None value unsets the
+            variable), or a callable taking the worker's ``Placement`` (``worker``, ``node``,
+            ``cpus``, ``gpu``) and returning one. Applied in each worker (a replacement too)
+            before its factories are unpickled, over the GPU's variables; never in the parent.
+        max_concurrent_starts: the most workers building their envs at once (unpickling the
+            factories, constructing the envs, and serving their first reset), at start, when
+            ``reset()`` rebuilds and when a worker is replaced. None: no limit. The parent's
+            own envs (``parent_envs``) are not counted.
+        build_retries: call an env factory that raises up to this many more times, in the
+            same worker, after a short pause (0.1 s, doubling, at most 2 s); each failed
+            attempt is in ``build_failures``. When every attempt fails, the last error is
+            raised (its type kept, naming the env).
 
     Raises:
         NotImplementedError: the platform cannot run the workers (Windows; see
@@ -161,6 +181,10 @@ class SubprocVectorEnv(VectorFront):
         worker_threads: int | None = 1,
         recycle_every: int | None = None,
         worker_max_rss: int | None = None,
+        gpus: GpuSpec = None,
+        worker_env: WorkerEnvSpec = None,
+        max_concurrent_starts: int | None = None,
+        build_retries: int = 0,
     ) -> None:
         super().__init__()
         check_platform()
@@ -213,7 +237,14 @@ class SubprocVectorEnv(VectorFront):
         blobs = pickle_factories(self.env_fns, self.num_envs - self.parent_envs, "a worker process")
         ctx = resolve_context(context)
         self.context = ctx.get_start_method()
-        placements = plan_placement(numa, self.num_workers, pin)
+        if worker_env is not None and not (callable(worker_env) or isinstance(worker_env, dict)):
+            raise TypeError(
+                "worker_env must be a dict of environment variables or a callable taking the "
+                f"worker's placement and returning one, got {type(worker_env).__name__}"
+            )
+        max_concurrent_starts = check_max_concurrent_starts(max_concurrent_starts)
+        build_retries = check_build_retries(build_retries)
+        placements = plan_placement(numa, self.num_workers, pin, gpus=resolve_gpus(gpus))
 
         self._pool = WorkerPool(
             ctx,
@@ -229,6 +260,9 @@ class SubprocVectorEnv(VectorFront):
             partner=self.layout.partner,
             max_active=self.layout.max_active,
             threads=self.worker_threads,
+            worker_env=worker_env,
+            max_concurrent_starts=max_concurrent_starts,
+            build_retries=build_retries,
         )
         self._finalizer = weakref.finalize(self, release, self._pool.resources)
         # The tracker must run before any worker exists so that all share it (see _shm).
@@ -397,8 +431,16 @@ class SubprocVectorEnv(VectorFront):
 
     @property
     def placement(self) -> tuple[PlacementReport, ...]:
-        """Where each worker runs: pid, NUMA node and CPU set, from its ready handshake."""
+        """Where each worker runs, from its ready handshake: pid, NUMA node, CPU set, GPU,
+        ``CUDA_VISIBLE_DEVICES`` and EGL device (and how that was chosen)."""
         return tuple(w.hello.placement for w in self._pool.workers if w.hello is not None)
+
+    @property
+    def build_failures(self) -> list[BuildFailure]:
+        """Every failed attempt of an env factory that was then tried again
+        (``build_retries``), at start, on rebuilds and in replacements, in order; each names
+        its worker, env, attempt and error."""
+        return self._pool.build_failures
 
     def stats(self, timeout: float | None = None) -> list[WorkerStats]:
         """What each worker has done since it started: one :class:`WorkerStats` per worker.
@@ -419,7 +461,9 @@ class SubprocVectorEnv(VectorFront):
         """
         self._begin(_State.WAITING_CALL)  # only checks: the workers must be idle
         counters = self._pool.counters(self.default_timeout if timeout is None else timeout)
-        return worker_stats(self._pool.workers, counters, self.restarts, self.recycles)
+        return worker_stats(
+            self._pool.workers, counters, self.restarts, self.recycles, self.build_failures
+        )
 
     @property
     def worker_pids(self) -> tuple[int | None, ...]:
