@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from subvec._gpus import Gpu
+from subvec._gpus import Gpu, discover_gpus
 
 __all__ = [
     "NumaSpec",
@@ -54,6 +54,7 @@ __all__ = [
     "add_cli_parser",
     "apply_placement",
     "cpu_quota",
+    "describe_placement",
     "discover",
     "format_cpulist",
     "parse_cpulist",
@@ -494,6 +495,15 @@ def _placed(
     return Placement(worker, node, cpus, None if gpu is None else gpu.index, gpu)
 
 
+def describe_placement(placement: Placement) -> str:
+    """One line for a planned worker: ``node 1, cpus 8-15, gpu 2``."""
+    where = "unpinned" if placement.cpus is None else format_cpulist(placement.cpus)
+    line = f"node {placement.node}, cpus {where}"
+    if placement.gpu is not None:
+        line += f", gpu {placement.gpu}"
+    return line
+
+
 # --------------------------------------------------------------------------------------------
 # Applying (worker side)
 # --------------------------------------------------------------------------------------------
@@ -683,9 +693,9 @@ def add_cli_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     """Register the ``topology`` sub-command."""
     parser = subparsers.add_parser(
         "topology",
-        help="show NUMA nodes, allowed CPUs and the worker placement plan",
-        description="Show the NUMA topology this process may use and how subvec would place "
-        "workers on it.",
+        help="show NUMA nodes, allowed CPUs, GPUs and the worker placement plan",
+        description="Show the NUMA topology and the GPUs this process may use, and how subvec "
+        'would place workers on them (with gpus="auto" when there are GPUs).',
     )
     parser.add_argument(
         "--workers",
@@ -698,6 +708,17 @@ def add_cli_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     parser.add_argument("--pin", choices=PIN_MODES, default="node", help="pin mode (default: node)")
     parser.add_argument(
         "--sysfs-root", default="/sys", metavar="PATH", help="sysfs mount (default: /sys)"
+    )
+    parser.add_argument(
+        "--proc-root",
+        default="/proc",
+        metavar="PATH",
+        help="procfs mount, where the NVIDIA driver lists its GPUs (default: /proc)",
+    )
+    parser.add_argument(
+        "--no-gpus",
+        action="store_true",
+        help="plan without the GPUs (as gpus=None)",
     )
     parser.add_argument(
         "--allowed",
@@ -734,14 +755,21 @@ def _cli_topology(args: argparse.Namespace) -> int:
         print(f"  node {node}: {format_cpulist(cpus)} ({len(cpus)} CPUs, {n_cores} cores)")
     if len(topology.nodes) < 2:
         print('numa="auto": no placement on a single node; plan below is for numa=True')
+    found = discover_gpus(args.proc_root, args.sysfs_root)
+    print(f"gpus:    {len(found.gpus) or 'none'} ({found.source})")
+    for gpu in found.gpus:
+        on = "unknown" if gpu.node is None else str(gpu.node)
+        bus = gpu.bus_id or "bus id unknown"
+        print(f"  gpu {gpu.index}: {bus}, node {on}, CUDA_VISIBLE_DEVICES={gpu.visible_id}")
+    gpus = list(found.gpus) if found.gpus and not args.no_gpus else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        plan = plan_placement(topology, workers, args.pin)
+        plan = plan_placement(topology, workers, args.pin, gpus=gpus)
     assert plan is not None  # an explicit Topology always gives a plan
-    print(f"plan for {workers} workers (pin={args.pin}):")
+    with_gpus = ", gpus=auto" if gpus else ""
+    print(f"plan for {workers} workers (pin={args.pin}{with_gpus}):")
     for placement in plan:
-        where = "unpinned" if placement.cpus is None else format_cpulist(placement.cpus)
-        print(f"  worker {placement.worker}: node {placement.node}, cpus {where}")
+        print(f"  worker {placement.worker}: {describe_placement(placement)}")
     for warning in caught:
         print(f"note: {warning.message}")
     return 0
