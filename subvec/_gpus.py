@@ -55,6 +55,7 @@ __all__ = [
     "GpuSpec",
     "GpuTopology",
     "WorkerEnvSpec",
+    "check_worker_env",
     "discover_gpus",
     "egl_index",
     "gpu_environment",
@@ -404,6 +405,21 @@ def _visible_entry(index: int) -> str | None:
 WorkerEnvSpec = Mapping[str, "str | None"] | Callable[[Any], Mapping[str, "str | None"]] | None
 
 
+def check_worker_env(spec: Any) -> None:
+    """Refuse a ``worker_env`` that is neither None, a dict nor a callable (at construction,
+    before any worker starts; what it gives is checked per worker by
+    :func:`worker_environment`).
+
+    Raises:
+        TypeError: another kind of value.
+    """
+    if spec is not None and not (callable(spec) or isinstance(spec, Mapping)):
+        raise TypeError(
+            "worker_env must be a dict of environment variables or a callable taking the "
+            f"worker's placement and returning one, got {type(spec).__name__}: {spec!r}"
+        )
+
+
 def worker_environment(spec: WorkerEnvSpec, placement: Any) -> dict[str, str | None]:
     """The variables ``worker_env`` gives the worker at ``placement`` (called in the parent).
 
@@ -417,13 +433,9 @@ def worker_environment(spec: WorkerEnvSpec, placement: Any) -> dict[str, str | N
     if callable(spec):
         env = spec(placement)
         what = f"worker_env({placement!r}) returned"
-    elif isinstance(spec, Mapping):
-        env, what = spec, "worker_env is"
     else:
-        raise TypeError(
-            "worker_env must be a dict of environment variables or a callable taking the "
-            f"worker's placement and returning one, got {type(spec).__name__}: {spec!r}"
-        )
+        check_worker_env(spec)
+        env, what = spec, "worker_env is"
     if not isinstance(env, Mapping):
         raise TypeError(f"{what} {type(env).__name__} for {where}; expected a dict of str to str")
     out: dict[str, str | None] = {}

@@ -40,8 +40,10 @@ from subvec._block import BatchViews
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS, RestartRecord
 from subvec._front import VectorFront
+from subvec._gpus import WorkerEnvSpec, check_worker_env
 from subvec._pickling import pickle_factories
 from subvec._ray import THREAD_CAPS, EnvActor, RayActors, action_store, alive_nodes
+from subvec._starts import check_build_retries
 from subvec.errors import PlacementError
 from subvec.proxy import RemoteProxy
 
@@ -137,6 +139,12 @@ class RayVectorEnv(VectorFront):
             those envs truncated with ``infos["worker_restarted"]``).
         max_restarts: the most actor replacements over the env's life (each actor's own
             vector env gets the same bound for its workers).
+        worker_env: environment variables for the worker processes inside each actor, as
+            SubprocVectorEnv's (a dict, or a callable taking the worker's ``Placement``; its
+            ``worker`` is the index within the actor). Not set in the actor itself: for that,
+            ``actor_options={"runtime_env": {"env_vars": ...}}``.
+        build_retries: as SubprocVectorEnv's, in each actor's workers (the failed attempts
+            are recorded in the actor's vector env, not here).
 
     Raises:
         PlacementError: the placement group asks for more than the cluster has, or is not
@@ -163,6 +171,8 @@ class RayVectorEnv(VectorFront):
         start_timeout: float | None = 120,
         on_worker_failure: str = "raise",
         max_restarts: int = DEFAULT_MAX_RESTARTS,
+        worker_env: WorkerEnvSpec = None,
+        build_retries: int = 0,
     ) -> None:
         super().__init__()
         self._configure(
@@ -182,6 +192,12 @@ class RayVectorEnv(VectorFront):
                 f"got {placement!r}"
             )
         self._blobs = pickle_factories(self.env_fns, self.num_envs, "a Ray actor")
+        check_worker_env(worker_env)
+        #: what each actor's SubprocVectorEnv gives its workers (see SubprocVectorEnv)
+        self._start_options = {
+            "worker_env": worker_env,
+            "build_retries": check_build_retries(build_retries),
+        }
         options = dict(actor_options or {})
         num_cpus = options.pop("num_cpus", None)
         if num_cpus is None:
@@ -332,6 +348,7 @@ class RayVectorEnv(VectorFront):
             "on_worker_failure": self.on_worker_failure,
             "max_restarts": self.max_restarts,
             "start_timeout": self.start_timeout,
+            **self._start_options,
         }
         actor = self._actor_class.options(scheduling_strategy=strategy, **self._actor_options)
         return actor.remote(self._blobs[lo:hi], lo, inner, self._registry, self._caps, replaces)

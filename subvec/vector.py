@@ -35,7 +35,7 @@ from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS
 from subvec._front import VectorFront
-from subvec._gpus import GpuSpec, WorkerEnvSpec, resolve_gpus
+from subvec._gpus import GpuSpec, WorkerEnvSpec, check_worker_env, resolve_gpus
 from subvec._local import LocalShare
 from subvec._pickling import pickle_factories
 from subvec._plan import (
@@ -237,11 +237,7 @@ class SubprocVectorEnv(VectorFront):
         blobs = pickle_factories(self.env_fns, self.num_envs - self.parent_envs, "a worker process")
         ctx = resolve_context(context)
         self.context = ctx.get_start_method()
-        if worker_env is not None and not (callable(worker_env) or isinstance(worker_env, dict)):
-            raise TypeError(
-                "worker_env must be a dict of environment variables or a callable taking the "
-                f"worker's placement and returning one, got {type(worker_env).__name__}"
-            )
+        check_worker_env(worker_env)
         max_concurrent_starts = check_max_concurrent_starts(max_concurrent_starts)
         build_retries = check_build_retries(build_retries)
         placements = plan_placement(numa, self.num_workers, pin, gpus=resolve_gpus(gpus))

@@ -430,3 +430,20 @@ def test_benchmark_runs_tiny_and_writes_its_table(tmp_path: Any) -> None:
     assert all(r["step_ms"] > 0 for r in rows)
     assert "Ray overhead per step" in (out / "ray.md").read_text()
     assert ray.is_initialized()  # the module's Ray: used, not shut down
+
+
+def test_worker_env_and_build_retries_reach_the_workers_inside_the_actors(tmp_path: Any) -> None:
+    from tests.start_envs import StartRecorder
+
+    fns = [
+        functools.partial(StartRecorder, fail_marker=str(tmp_path / f"env{i}")) for i in range(3)
+    ]
+    with RayVectorEnv(fns, num_actors=2, build_retries=1, worker_env=_tag_worker) as envs:
+        seen = envs.get_attr("environ")
+        assert [e["SIM_TAG"] for e in seen] == ["local worker 0"] * 3
+        assert all((tmp_path / f"env{i}").exists() for i in range(3))  # each failed once
+        assert "SIM_TAG" not in os.environ
+
+
+def _tag_worker(placement: Any) -> dict[str, str]:
+    return {"SIM_TAG": f"local worker {placement.worker}"}

@@ -53,7 +53,7 @@ def test_max_concurrent_starts_bounds_builds_and_first_resets(
             # is some): they are started together and each sleeps BUILD_S.
             assert overlap > 2
         else:
-            assert overlap == expected
+            assert overlap <= expected
     finally:
         envs.close()
 
