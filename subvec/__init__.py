@@ -11,11 +11,14 @@ General layout (lower layers never import higher ones):
     _infos, _merge    infos on the wire and in the block; one merger per info_format
     _block            the block's schema: regions, observation slots, row binding (both sides)
     _plan             the process layout: workers, env ranges, spin, partner (a pure function)
-    _topology         NUMA discovery and placement
+    _gpus             GPU discovery, the EGL index, a worker's GPU and worker_env variables
+    _topology         NUMA discovery and placement (next to the workers' GPUs)
+    _starts           start tokens (max_concurrent_starts) and factory retries (build_retries)
     _bootstrap        how a worker starts: no re-run of the script, the parent's env registry,
                       the kernel-level tie to the parent's life
     _threads          thread caps inside a worker (environment, loaded BLAS, torch)
-    _worker           the worker process: cap threads, pin, build envs, serve commands
+    _worker           the worker process: cap threads, set its environment, pin, build envs,
+                      serve commands
     _backend          the face every backend shows the front (units, send, collect, restart)
     _pool, _local     backends: worker processes; the parent's own envs (parent_envs)
     _failures         the failure policy: raise, or restart and report

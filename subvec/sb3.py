@@ -76,7 +76,8 @@ class SubprocVecEnv(VecEnv):
         start_method: multiprocessing start method; default forkserver on Linux (thread-safe
             with torch already running in the parent), spawn elsewhere.
         **subvec_kwargs: options of :class:`subvec.SubprocVectorEnv`: ``num_workers``,
-            ``envs_per_worker``, ``shared_memory``, ``daemon``, ``numa``, ``pin``,
+            ``envs_per_worker``, ``shared_memory``, ``daemon``, ``numa``, ``pin``, ``gpus``,
+            ``worker_env``, ``max_concurrent_starts``, ``build_retries``,
             ``observation_mode``, ``timeout``, ``start_timeout``; ``copy`` must stay True (SB3
             keeps the previous observations while it steps). With ``backend="ray"``, those
             of :class:`subvec.ray.RayVectorEnv` (``num_actors``, ``address``, ...).

@@ -34,6 +34,7 @@ EXAMPLES = [
     ),
     ("simpy_queue.py", ["--num-envs", "3", "--hours", "1"], ["simpy"], "rule of thumb"),
     ("custom_env.py", ["--num-envs", "3", "--size", "4"], [], "caught RuntimeError from env 1"),
+    ("gpu_placement.py", ["--workers", "6"], [], "worker 5: node 0, cpus 0-15, gpu 1"),
 ]
 
 
