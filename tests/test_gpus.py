@@ -318,7 +318,8 @@ def test_workers_see_their_gpu_and_worker_env(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_worker_env_dict_wins_over_the_gpu_variables() -> None:
+def test_worker_env_dict_wins_over_the_gpu_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # the mapping's GPUs as they are
     # The GPU from a mapping (no discovery): env vars set, unpinned (numa=None).
     envs = SubprocVectorEnv(
         [StartRecorder] * 2,
@@ -358,7 +359,8 @@ def test_egl_is_queried_when_mujoco_gl_is_egl(tmp_path: Path) -> None:
 
 @needs_cpus_0_1
 @pytest.mark.timeout(60)
-def test_restarted_worker_keeps_its_gpu_and_environment() -> None:
+def test_restarted_worker_keeps_its_gpu_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     envs = SubprocVectorEnv(
         [StartRecorder] * 2,
         num_workers=2,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from subvec import EnvError, SubprocVectorEnv, make_vec
+from subvec import EnvError, SubprocVectorEnv, WorkerDiedError, make_vec
 from subvec._starts import StartGate, build_env
 from tests.start_envs import SimulatorStartError, StartRecorder
 
@@ -60,17 +60,18 @@ def test_max_concurrent_starts_bounds_builds_and_first_resets(
 
 @pytest.mark.timeout(60)
 def test_max_concurrent_starts_bounds_a_rebuild_with_the_others() -> None:
-    # A broken vector env rebuilds its dead worker in reset(): that build and its first reset
-    # take a token too, so with one token they never overlap another start.
-    fn = functools.partial(StartRecorder, build_s=0.1, reset_s=0.1)
+    # A broken vector env rebuilds its dead workers in reset(): those builds and their first
+    # resets take tokens too, so with one token the two rebuilds never overlap.
+    fn = functools.partial(StartRecorder, build_s=0.15, reset_s=0.15)
     envs = SubprocVectorEnv([fn] * 2, num_workers=2, max_concurrent_starts=1)
     try:
         envs.reset(seed=0)
-        os.kill(envs.worker_pids[0], signal.SIGKILL)
-        with pytest.raises(Exception, match="died"):
+        for pid in envs.worker_pids:
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(WorkerDiedError):
             envs.step(np.zeros(2, np.int64))
         envs.reset(seed=1)
-        assert len(envs.rebuilds) == 1
+        assert len(envs.rebuilds) == 2
         assert max_overlap(start_intervals(envs)) == 1
     finally:
         envs.close()
