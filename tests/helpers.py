@@ -1,14 +1,16 @@
-"""Comparison helpers shared by the test modules."""
+"""Helpers shared by the test modules: comparisons, and bounded waits on processes."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
+import psutil
 
 
 def load_script(name: str, path: Path) -> ModuleType:
@@ -49,3 +51,23 @@ def assert_same(a: Any, b: Any, where: str = "value") -> None:
             assert_same(getattr(a, name), getattr(b, name), f"{where}.{name}")
     else:
         assert a == b, (where, a, b)
+
+
+def gone(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        # A killed process's first thread can be a zombie while another thread is still
+        # exiting; until it has, its parent cannot wait for it (nor see it dead).
+        return proc.status() == psutil.STATUS_ZOMBIE and proc.num_threads() <= 1
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_until(predicate: Any, bound: float) -> bool:
+    """Poll ``predicate`` until true or ``bound`` seconds pass (a bound, not a sleep-race)."""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return bool(predicate())

@@ -19,7 +19,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import psutil
 import pytest
 from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
@@ -47,7 +46,7 @@ from tests.envs import (
     crash_fns,
     make_zoo,
 )
-from tests.helpers import assert_same
+from tests.helpers import assert_same, gone, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,26 +68,6 @@ def no_fd_growth(warm_singletons: None, fd_count: Any) -> Any:
 
 def worker_pids(envs: SubprocVectorEnv) -> list[int]:
     return [report.pid for report in envs.placement]
-
-
-def gone(pid: int) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        # A killed process's first thread can be a zombie while another thread is still
-        # exiting; until it has, its parent cannot wait for it (nor see it dead).
-        return proc.status() == psutil.STATUS_ZOMBIE and proc.num_threads() <= 1
-    except psutil.NoSuchProcess:
-        return True
-
-
-def wait_until(predicate: Any, bound: float) -> bool:
-    """Poll ``predicate`` until true or ``bound`` seconds pass (a bound, not a sleep-race)."""
-    deadline = time.monotonic() + bound
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
 
 
 # --- 1. an env raises -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 
 from subvec import EnvError, SubprocVectorEnv, WorkerDiedError, make_vec
 from subvec._starts import StartGate, build_env
+from tests.helpers import gone, wait_until
 from tests.start_envs import SimulatorStartError, StartRecorder
 
 BUILD_S = 0.25
@@ -66,8 +67,12 @@ def test_max_concurrent_starts_bounds_a_rebuild_with_the_others() -> None:
     envs = SubprocVectorEnv([fn] * 2, num_workers=2, max_concurrent_starts=1)
     try:
         envs.reset(seed=0)
-        for pid in envs.worker_pids:
+        pids = envs.worker_pids
+        for pid in pids:
             os.kill(pid, signal.SIGKILL)
+        # both fully gone before the step, so that reset() finds both dead (a worker still
+        # exiting would die during the reset instead: another WorkerDiedError)
+        assert wait_until(lambda: all(gone(pid) for pid in pids), 10.0)
         with pytest.raises(WorkerDiedError):
             envs.step(np.zeros(2, np.int64))
         envs.reset(seed=1)
