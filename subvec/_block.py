@@ -439,7 +439,10 @@ class _NestSlots(ObsSlots):
     def pick(self) -> int:
         free = self.free
         for slot in range(1, len(self.roots)):
-            if all(getrefcount(root) == free for root in self.roots[slot]):
+            roots = self.roots[slot]
+            # roots[k] counted as a temporary, as the free count was (a loop variable
+            # would hold one more reference)
+            if all(getrefcount(roots[k]) == free for k in range(len(roots))):
                 break
         else:
             slot = 0
