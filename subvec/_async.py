@@ -39,7 +39,7 @@ from subvec._merge import InfoMerger, make_merger
 from subvec._protocol import Command, ResetPayload, Status, StepEnvsPayload
 from subvec._seeding import SeedArg
 from subvec._slab import FinalObsInBlock
-from subvec._spaces import ObsSplit
+from subvec._spaces import ObsSplit, without_tensors
 from subvec._state import _State
 from subvec.errors import RecvTimeoutError
 
@@ -253,6 +253,7 @@ class AsyncStepping:
             space = self._action_spaces.get(k)
             if space is None:
                 space = self._action_spaces[k] = batch_space(self.single_action_space, k)
+            actions = without_tensors(self.single_action_space, actions)  # numpy, as the block's
             per_env = list(iterate(space, actions))
             if len(per_env) != k:
                 raise ValueError(

@@ -52,7 +52,7 @@ from subvec._protocol import (
 from subvec._recycle import RecyclingFront
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
-from subvec._spaces import BY_VALUE, Stored, check_batch_layout
+from subvec._spaces import BY_VALUE, Stored, check_batch_layout, without_tensors
 from subvec._state import _ASYNC_NAME, _WAITING, _State
 from subvec.errors import BrokenVectorEnvError, add_note
 
@@ -974,6 +974,8 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
         if stored is BY_VALUE:
             if per_env is None:
                 check_batch_layout(self.single_action_space, actions, self.num_envs)
+                # numpy values, as from the block
+                actions = without_tensors(self.single_action_space, actions)
                 per_env = list(iterate(self.action_space, actions))
             if len(per_env) != self.num_envs:
                 raise ValueError(

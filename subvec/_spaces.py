@@ -40,6 +40,7 @@ __all__ = [
     "row_reader",
     "row_writer",
     "tensor_as_array",
+    "without_tensors",
 ]
 
 
@@ -152,9 +153,7 @@ def _split(space: spaces.Space[Any]) -> tuple[list[tuple[Path, Any]], list[tuple
 def fixed_leaves(space: spaces.Space[Any]) -> list[LeafSpec]:
     """The fixed-size leaves of ``space`` (every leaf when it is shareable), in the order
     ``leaf_specs`` gives them."""
-    return [
-        LeafSpec(path, np.dtype(sub.dtype), tuple(sub.shape)) for path, sub in _split(space)[0]
-    ]
+    return [LeafSpec(path, np.dtype(sub.dtype), tuple(sub.shape)) for path, sub in _split(space)[0]]
 
 
 def _getter(path: Path) -> Callable[[Any], Any]:
@@ -440,8 +439,9 @@ def batch_setter(
                 # numpy values, as the space declares (not tensor slices, as from Sync).
                 tensor = tensor_as_array(value, spec.dtype, where)
                 if tensor is None:
-                    _refuse_off_cpu(given[k + 1 :], leaves[k + 1 :])
-                    return BY_VALUE  # iterate() hands the envs its items as they are
+                    # iterate() hands the envs its items as they are (tensors among them
+                    # become numpy values first: VectorFront._send_step)
+                    return BY_VALUE
                 value = given[k] = tensor
             expected = (num_envs, *spec.shape)
             if value.shape != expected:
@@ -489,22 +489,42 @@ def batch_setter(
     return store_exact
 
 
+def without_tensors(space: spaces.Space[Any], actions: Any) -> Any:
+    """``actions`` (a batch of ``space``) with each CPU torch tensor at a fixed-size leaf
+    replaced by a numpy array in the leaf's dtype: for a batch that travels by value, so that
+    its envs get numpy values as the block's would. Anything else is left as it is.
+
+    Raises:
+        ValueError, TypeError: as :func:`tensor_as_array`.
+    """
+    if "torch" not in sys.modules:
+        return actions
+    return _untensor(space, actions, ())
+
+
+def _untensor(space: spaces.Space[Any], actions: Any, path: Path) -> Any:
+    if isinstance(space, spaces.Dict) and isinstance(actions, dict):
+        return {
+            key: _untensor(space.spaces[key], value, (*path, key)) if key in space.spaces else value
+            for key, value in actions.items()
+        }
+    if isinstance(space, spaces.Tuple) and isinstance(actions, (tuple, list)):
+        if len(actions) != len(space.spaces):
+            return actions  # not a batch of this space: its own error follows
+        items = [_untensor(sub, a, (*path, i)) for i, (sub, a) in enumerate(zip(space, actions))]
+        return type(actions)(items)
+    if not is_shareable(space):
+        return actions
+    array = tensor_as_array(actions, np.dtype(space.dtype), f"actions{_describe(path)}")
+    return actions if array is None else array.astype(space.dtype, copy=False)
+
+
 def _check_device(tensor: Any, where: str) -> None:
     if tensor.device.type != "cpu":
         raise ValueError(
             f"{where}: a torch tensor on device {tensor.device}; the workers read actions "
             "from shared memory on the CPU: move the batch there first, e.g. actions.cpu()"
         )
-
-
-def _refuse_off_cpu(values: Sequence[Any], leaves: Sequence[LeafSpec]) -> None:
-    """Raise for a tensor off the CPU among the leaves of a batch that travels by value."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    for value, spec in zip(values, leaves):
-        if isinstance(value, torch.Tensor):
-            _check_device(value, f"actions{_describe(spec.path)}")
 
 
 def _flatten_actions(
