@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_checkouts import run_child  # noqa: E402
+from ab_checkouts import run_child
 
 
 def main() -> None:
