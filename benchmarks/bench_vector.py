@@ -21,9 +21,12 @@ How it measures (so that numbers from different implementations can be compared)
 
 Workloads: ``cartpole`` (CartPole-v1: IPC dominates), ``busy<N>us`` / ``busy<N>ms`` with an
 optional ``_HxWxC`` observation (a synthetic env that burns a calibrated amount of real CPU work
-per step), ``pong`` (ALE/Pong-v5 through ale-py), ``halfcheetah`` (HalfCheetah-v5 through
-mujoco), and ``simpy`` (a discrete-event queueing env built on simpy, below). Workloads whose
-package is missing are skipped with a note, as are the Stable-Baselines3 implementations.
+per step), ``libero<N>us`` / ``libero<N>ms`` (the same work behind a LIBERO-like observation:
+two 224x224x3 uint8 cameras, a 9-float state and a ``Text(64)`` instruction; ``_notext``
+without the instruction), ``pong`` (ALE/Pong-v5 through ale-py), ``halfcheetah``
+(HalfCheetah-v5 through mujoco), and ``simpy`` (a discrete-event queueing env built on simpy,
+below). Workloads whose package is missing are skipped with a note, as are the
+Stable-Baselines3 implementations.
 
 Peers beyond gymnasium and SB3 (each skipped with a note when its package is missing):
 ``puffer_mp`` / ``puffer_mp_w1`` are PufferLib 3's ``pufferlib.vector.Multiprocessing``
@@ -54,6 +57,7 @@ import os
 import platform
 import re
 import statistics
+import string
 import subprocess
 import sys
 import time
@@ -165,6 +169,65 @@ class BusyEnv(gym.Env):
         return self._frame.copy(), 1.0, False, self._t >= self.horizon, {}
 
 
+class LiberoEnv(gym.Env):
+    """A LIBERO-like robot env: burns ``iters`` LCG rounds per step (the simulation) and
+    returns two freshly rendered 224x224x3 uint8 camera images, a 9-float proprioceptive state
+    and, with ``text``, the episode's language instruction (a ``Text(64)``); episodes are
+    truncated after ``horizon`` steps, and each reset picks a new instruction."""
+
+    INSTRUCTIONS = (
+        "put the black bowl on the plate",
+        "open the top drawer and put the bowl inside",
+        "turn on the stove and put the moka pot on it",
+        "pick up the alphabet soup and place it in the basket",
+    )
+
+    def __init__(self, iters: int, text: bool = True, horizon: int = 500, size: int = 224):
+        camera = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
+        parts: dict[str, gym.Space[Any]] = {
+            "agentview_image": camera,
+            "eye_in_hand_image": camera,
+            "state": gym.spaces.Box(-np.inf, np.inf, (9,), np.float32),
+        }
+        if text:
+            charset = string.ascii_lowercase + " "
+            parts["instruction"] = gym.spaces.Text(64, charset=charset)
+        self.observation_space = gym.spaces.Dict(parts)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
+        self.iters, self.text, self.horizon = iters, text, horizon
+        self._frames = [np.zeros((size, size, 3), np.uint8) for _ in range(2)]
+        self._state = np.zeros(9, np.float32)
+        self._instruction = ""
+        self._x = 1
+        self._t = 0
+
+    def _obs(self) -> dict[str, Any]:
+        obs: dict[str, Any] = {
+            "agentview_image": self._frames[0].copy(),
+            "eye_in_hand_image": self._frames[1].copy(),
+            "state": self._state.copy(),
+        }
+        if self.text:
+            obs["instruction"] = self._instruction
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self._x = int(self.np_random.integers(1, 2**31 - 1))
+        self._t = 0
+        self._instruction = self.INSTRUCTIONS[int(self.np_random.integers(len(self.INSTRUCTIONS)))]
+        return self._obs(), {}
+
+    def step(self, action: Any) -> Any:
+        self._x = burn(self.iters, self._x)
+        self._t += 1
+        for frame in self._frames:
+            flat = frame.reshape(-1)
+            flat[self._t % flat.size] = self._x & 0x7F
+        self._state[:7] += np.asarray(action, dtype=np.float32) * 0.01
+        return self._obs(), 1.0, False, self._t >= self.horizon, {}
+
+
 class QueueEnv(gym.Env):
     """A discrete-event env on simpy: customers arrive (Poisson, rate 1.8) and the action routes
     the next time unit's arrivals to one of two single-server queues (exponential service,
@@ -211,6 +274,7 @@ class QueueEnv(gym.Env):
 
 
 _BUSY = re.compile(r"^busy(\d+)(us|ms)(?:_(\d+(?:x\d+)*))?$")
+_LIBERO = re.compile(r"^libero(\d+)(us|ms)(_notext)?$")
 _ALIASES = {
     "cartpole": ("CartPole-v1", None),
     "pong": ("ALE/Pong-v5", "ale_py"),
@@ -227,6 +291,11 @@ def workload_spec(name: str, iters_per_us: float) -> dict[str, Any]:
         return {"kind": "gym", "env_id": name[4:], "module": None}
     if name == "simpy":
         return {"kind": "simpy", "module": "simpy"}
+    match = _LIBERO.match(name)
+    if match:
+        cost_us = int(match[1]) * (1000 if match[2] == "ms" else 1)
+        iters = max(1, round(cost_us * iters_per_us))
+        return {"kind": "libero", "cost_us": cost_us, "iters": iters, "text": not match[3]}
     match = _BUSY.match(name)
     if match:
         cost_us = int(match[1]) * (1000 if match[2] == "ms" else 1)
@@ -240,7 +309,7 @@ def workload_spec(name: str, iters_per_us: float) -> dict[str, Any]:
         }
     raise SystemExit(
         f"unknown workload {name!r}: use cartpole, pong, halfcheetah, simpy, "
-        "gym:<id> or busy<N>us[_HxWxC] / busy<N>ms"
+        "gym:<id>, busy<N>us[_HxWxC] / busy<N>ms or libero<N>us / libero<N>ms[_notext]"
     )
 
 
@@ -261,6 +330,8 @@ def make_factory(spec: dict[str, Any]) -> Any:
         return functools.partial(BusyEnv, spec["iters"], tuple(spec["obs_shape"]))
     if spec["kind"] == "simpy":
         return QueueEnv
+    if spec["kind"] == "libero":
+        return functools.partial(LiberoEnv, spec["iters"], spec["text"])
     raise ValueError(spec)
 
 
@@ -303,6 +374,7 @@ PUFFER_NOTE = (
 )
 ALL_IMPLS = (
     "subvec",
+    "subvec_torch",
     "subvec_w1",
     "subvec_epw1",
     "subvec_core",
@@ -323,6 +395,7 @@ ALL_IMPLS = (
 #: label and plot style of each implementation
 IMPL_LABELS = {
     "subvec": "subvec (defaults)",
+    "subvec_torch": "subvec (defaults), actions as CPU torch tensors",
     "subvec_w1": "subvec num_workers=1",
     "subvec_epw1": "subvec envs_per_worker=1",
     "subvec_core": "subvec pin='core'",
@@ -516,6 +589,20 @@ def presample(single_space: Any, num_envs: int, seed: int, count: int = 64) -> l
     return [batched.sample() for _ in range(count)]
 
 
+def as_tensors(batches: list[Any]) -> list[Any]:
+    """Each batch of actions (an array, or a dict of arrays) as CPU torch tensors."""
+    import torch
+
+    torch.set_num_threads(1)
+
+    def convert(batch: Any) -> Any:
+        if isinstance(batch, dict):
+            return {key: convert(value) for key, value in batch.items()}
+        return torch.from_numpy(np.ascontiguousarray(batch))
+
+    return [convert(batch) for batch in batches]
+
+
 def timed_loop(
     step: Any, actions: list[Any], warmup: float, duration: float, watch: bool = False
 ) -> dict[str, Any]:
@@ -566,6 +653,8 @@ def run_vector(cfg: dict[str, Any]) -> dict[str, Any]:
             single = envs.action_space
         startup = time.perf_counter() - start
         actions = presample(single, n, cfg["seed"])
+        if cfg["impl"] == "subvec_torch":  # what a torch policy hands over
+            actions = as_tensors(actions)
         result = timed_loop(envs.step, actions, cfg["warmup"], cfg["duration"], watch=True)
         count, uss, pss, own = worker_memory()
         workers = getattr(envs, "num_workers", None)
@@ -738,6 +827,11 @@ PLANS: dict[str, dict[str, tuple[str, str]]] = {
         )
         for w, n in (("cartpole", "16"), ("busy100us", "8"), ("busy1ms", "8"), ("pong", "8"))
     },
+    # heavy simulators' observations: camera images, a state and an instruction
+    "heavy": {
+        "libero1ms": ("8", "subvec,subvec_torch,sync,async_shm,limit"),
+        "libero1ms_notext": ("8", "subvec,sync,async_shm,limit"),
+    },
     "onecore": {
         "cartpole": ("8,16", "subvec,sync,async_shm,limit"),
         "busy100us": ("8,16", "subvec,sync,async_shm,limit"),
@@ -832,6 +926,8 @@ def available(workload: str, impl: str, spec: dict[str, Any]) -> str | None:
             return "pufferlib is not installed (pip install --no-deps pufferlib-core)"
         if not _installed("torch"):
             return "torch is not installed (pufferlib-core imports it)"
+    if impl == "subvec_torch" and not _installed("torch"):
+        return "torch is not installed"
     module = spec.get("module")
     if module and not _installed(module):
         return f"{module} is not installed"
@@ -1198,6 +1294,7 @@ def markdown(facts: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 STYLES = {
     "subvec": ("tab:red", "-", "o"),
+    "subvec_torch": ("darkred", "-", "o"),
     "subvec_w1": ("tab:orange", "-", "s"),
     "subvec_epw1": ("tab:pink", "-", "v"),
     "subvec_core": ("tab:cyan", "-", "<"),

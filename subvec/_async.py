@@ -40,7 +40,7 @@ from subvec._merge import InfoMerger, make_merger
 from subvec._protocol import Command, ResetPayload, Status, StepEnvsPayload
 from subvec._seeding import SeedArg
 from subvec._slab import FinalObsInBlock
-from subvec._spaces import per_env_actions
+from subvec._spaces import ObsSplit, per_env_actions, without_tensors
 from subvec._state import _State
 from subvec.errors import RecvTimeoutError
 
@@ -126,6 +126,7 @@ class AsyncStepping:
     _policy: FailurePolicy
     _observations: Any
     _obs_shared: bool
+    _obs_split: ObsSplit | None
     _obs_slots: ObsSlots | None
     _obs_slot: int
     _env_obs: list[Any]
@@ -149,6 +150,7 @@ class AsyncStepping:
         def _build_timeout(self, timeout: float | None) -> float | None: ...
         def _all_units(self) -> list[Unit]: ...
         def _unit(self, index: int) -> Unit: ...
+        def _obs_fixed_now(self) -> list[np.ndarray]: ...
 
     def _start_async(self, batch: BatchViews) -> None:
         n = self.num_envs
@@ -252,6 +254,7 @@ class AsyncStepping:
             space = self._action_spaces.get(k)
             if space is None:
                 space = self._action_spaces[k] = batch_space(self.single_action_space, k)
+            actions = without_tensors(self.single_action_space, actions)  # numpy, as the block's
             per_env = per_env_actions(space, actions, k, "one per env in env_ids")
         self._enter_async()
         for env, action in zip(ids.tolist(), per_env):
@@ -515,6 +518,9 @@ class AsyncStepping:
         else:
             obs = deepcopy(by_value[env]) if env in by_value else self._env_obs[env]
             self._env_obs[env] = obs
+            split = self._obs_split
+            if split is not None:  # obs: its other leaves; the fixed-size ones are in the rows
+                obs = split.build([leaf[env, ...].copy() for leaf in self._obs_fixed_now()], obs)
         if reset:
             return EnvResult(obs, 0.0, False, False, events)
         terminated = bool(self._terminations[env])

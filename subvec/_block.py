@@ -11,10 +11,13 @@ Regions (``n`` envs; leaves of a Dict/Tuple space are numbered in ``_spaces.leaf
     act<k> (n * leaf size * W,) bytes  actions, when the action space is shareable: room for
                                        the batch in any numeric dtype of up to W = max(8, the
                                        leaf's itemsize) bytes (see :class:`ActionRegions`)
-    obs<k> (n, *leaf shape)            observations, when shareable and shared_memory=True
+    obs<k> (n, *leaf shape)            observations, when shareable and shared_memory=True;
+                                       of a split nest (``_spaces.ObsSplit``), its fixed-size
+                                       leaves (the others travel by value)
     final_obs (n, *shape)              SAME_STEP, one leaf: ended envs' final observations
-    obs0_slot1..obs0_slotS, obs_slot   extra observation batches and the cell naming the one
-                                       each command writes (see :class:`ObsSlots`)
+    obs<k>_slot1..obs<k>_slotS         extra observation batches (every leaf k in the block)
+    obs_slot                           and the cell naming the one each command writes (see
+                                       :class:`ObsSlots`)
     info_values, info_flags, info_schema   steady scalar infos (see ``_infos``)
 """
 
@@ -77,9 +80,9 @@ def _obs(k: int) -> str:
     return f"obs{k}"
 
 
-def _slot(s: int) -> str:
+def _slot(k: int, s: int) -> str:
     # slot 0 is the block's own observation batch
-    return _obs(0) if s == 0 else f"obs0_slot{s}"
+    return _obs(k) if s == 0 else f"obs{k}_slot{s}"
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,9 @@ class BlockPlan:
 
     Attributes:
         layout: the regions and their offsets.
-        obs_shared: observations are in the block (else they travel by value).
+        obs_shared: observations are in the block (else they travel by value): all of
+            them, or with ``obs_split`` the fixed-size leaves of a nest.
+        obs_split: the observations are a split nest (``_spaces.ObsSplit``).
         act_shared: actions are in the block (else they travel by value).
         final_obs: SAME_STEP final observations stay in the block.
         obs_slots: extra observation batches (0: the batch is copied out).
@@ -97,6 +102,7 @@ class BlockPlan:
 
     layout: BlockLayout
     obs_shared: bool
+    obs_split: bool
     act_shared: bool
     final_obs: bool
     obs_slots: int
@@ -128,15 +134,18 @@ class BlockPlan:
 
 
 def _slot_regions(num_envs: int, leaves: list[_spaces.LeafSpec]) -> list[Region]:
-    """The observation slots' regions, or none where copying out is as cheap."""
-    if len(leaves) != 1 or leaves[0].path:
+    """The observation slots' regions (each slot holds every leaf in the block), or none
+    where copying out is as cheap."""
+    if not leaves:
         return []
-    leaf = leaves[0]
-    shape = (num_envs, *leaf.shape)
-    nbytes = leaf.dtype.itemsize * int(np.prod(shape))
+    nbytes = sum(leaf.nbytes(num_envs) for leaf in leaves)
     if nbytes < OBS_SLOT_MIN_BYTES or nbytes * OBS_SLOTS > OBS_SLOT_MAX_BYTES:
         return []
-    regions = [(_slot(s), leaf.dtype, shape) for s in range(1, OBS_SLOTS + 1)]
+    regions = [
+        (_slot(k, s), leaf.dtype, (num_envs, *leaf.shape))
+        for s in range(1, OBS_SLOTS + 1)
+        for k, leaf in enumerate(leaves)
+    ]
     return [*regions, (OBS_SLOT_CELL, np.dtype(np.int32), (1,))]
 
 
@@ -158,7 +167,8 @@ def plan_block(
         num_workers: worker processes (the info block has a flag and a schema per worker).
         observation_space: the single observation space.
         action_space: the single action space.
-        shared_memory: observations in the block when their space allows it.
+        shared_memory: observations in the block when their space allows it (the
+            fixed-size leaves of a nest that also holds others).
         same_step: SAME_STEP autoreset (final observations may stay in the block).
         slots: observation slots are wanted (``copy=True``, no envs in the parent).
         info_block: steady scalar infos in the block (needs at least one worker).
@@ -166,7 +176,8 @@ def plan_block(
     Returns:
         The plan; the slots are left out when /dev/shm has no room for them.
     """
-    obs_shared = shared_memory and _spaces.is_shareable(observation_space)
+    obs_split = shared_memory and _spaces.ObsSplit.applies(observation_space)
+    obs_shared = obs_split or (shared_memory and _spaces.is_shareable(observation_space))
     act_shared = _spaces.is_shareable(action_space)
     n = num_envs
     arrays: list[Region] = [
@@ -178,7 +189,7 @@ def plan_block(
         for k, leaf in enumerate(_spaces.leaf_specs(action_space)):
             room = n * int(np.prod(leaf.shape, dtype=np.int64)) * _action_itemsize(leaf)
             arrays.append((_act(k), np.dtype(np.uint8), (room,)))
-    leaves = _spaces.leaf_specs(observation_space) if obs_shared else []
+    leaves = _spaces.fixed_leaves(observation_space) if obs_shared else []
     for k, leaf in enumerate(leaves):
         arrays.append((_obs(k), leaf.dtype, (n, *leaf.shape)))
     #: ended envs leave their final observation in the block, and those whose final info is
@@ -198,18 +209,39 @@ def plan_block(
     return BlockPlan(
         layout=layout,
         obs_shared=obs_shared,
+        obs_split=obs_split,
         act_shared=act_shared,
         final_obs=final_obs,
-        obs_slots=len(slot_regions) - 1 if slot_regions else 0,
+        obs_slots=(len(slot_regions) - 1) // len(leaves) if slot_regions else 0,
         info_block=info_block,
     )
+
+
+def _leaf_rows(
+    views: dict[str, np.ndarray], name: Callable[[int], str], space: Space[Any], lo: int, hi: int
+) -> list[np.ndarray]:
+    """Rows ``lo..hi`` of each of ``space``'s leaves in the block (``name(k)``: leaf k's)."""
+    return [views[name(k)][lo:hi] for k in range(len(_spaces.fixed_leaves(space)))]
 
 
 def _leaf_views(
     views: dict[str, np.ndarray], name: Callable[[int], str], space: Space[Any], lo: int, hi: int
 ) -> Any:
-    leaves = [views[name(k)][lo:hi] for k in range(len(_spaces.leaf_specs(space)))]
+    """The nest of those rows; a split nest's other leaves are None in it."""
+    leaves = _leaf_rows(views, name, space, lo, hi)
+    if _spaces.ObsSplit.applies(space):
+        split = _spaces.ObsSplit(space)
+        return split.build(leaves, [None] * len(split.loose))
     return _spaces.build_views(space, iter(leaves))
+
+
+def _obs_writer(
+    space: Space[Any], views: dict[str, np.ndarray], name: Callable[[int], str], lo: int, hi: int
+) -> Callable[[Any, int], Any]:
+    """The row writer of rows ``lo..hi``: a split nest's returns its other leaves."""
+    if _spaces.ObsSplit.applies(space):
+        return _spaces.ObsSplit(space).writer(_leaf_rows(views, name, space, lo, hi), lo)
+    return _spaces.row_writer(space, _leaf_views(views, name, space, lo, hi), env_offset=lo)
 
 
 def _action_itemsize(leaf: _spaces.LeafSpec) -> int:
@@ -283,11 +315,14 @@ def _row_setter(regions: ActionRegions) -> Callable[[np.ndarray, Any], bool] | N
     shape, dtype = tuple(leaves[0].shape), leaves[0].dtype
 
     def store_rows(env_ids: np.ndarray, actions: Any) -> bool:
-        if (
-            type(actions) is not np.ndarray
-            or actions.dtype != dtype
-            or actions.shape != (len(env_ids), *shape)
-        ):
+        if type(actions) is not np.ndarray:
+            # A CPU torch tensor goes in the space's dtype, as in a lock-step batch
+            tensor = _spaces.tensor_as_array(actions, dtype, "actions")
+            if tensor is None or tensor.shape != (len(env_ids), *shape):
+                return False
+            target[env_ids] = tensor
+            return True
+        if actions.dtype != dtype or actions.shape != (len(env_ids), *shape):
             return False
         target[env_ids] = actions
         return True
@@ -299,10 +334,13 @@ def bind_rows(views: dict[str, np.ndarray], spec: AttachSpec, lo: int, hi: int) 
     """The rows ``lo..hi`` of the block, as the arrays an ``EnvSlab`` steps into.
 
     Both sides use this: a worker for its envs, the parent for its own (``parent_envs``)."""
-    write_obs = read_action = None
-    if spec.observation_space is not None:
-        rows = _leaf_views(views, _obs, spec.observation_space, lo, hi)
-        write_obs = _spaces.row_writer(spec.observation_space, rows, env_offset=lo)
+    write_obs = split_obs = read_action = None
+    space = spec.observation_space
+    if space is not None:
+        if _spaces.ObsSplit.applies(space):
+            split_obs = _obs_writer(space, views, _obs, lo, hi)
+        else:
+            write_obs = _obs_writer(space, views, _obs, lo, hi)
     reader_for = None
     if spec.action_space is not None:
         regions = ActionRegions(views, spec.action_space, spec.num_envs)
@@ -316,6 +354,7 @@ def bind_rows(views: dict[str, np.ndarray], spec: AttachSpec, lo: int, hi: int) 
         terminations=views[TERMINATIONS][lo:hi],
         truncations=views[TRUNCATIONS][lo:hi],
         write_obs=write_obs,
+        split_obs=split_obs,
         read_action=read_action,
         action_reader=reader_for,
         store_final_obs=final_obs_store(views[FINAL_OBS][lo:hi]) if spec.final_obs else None,
@@ -325,13 +364,14 @@ def bind_rows(views: dict[str, np.ndarray], spec: AttachSpec, lo: int, hi: int) 
 def slot_writers(
     views: dict[str, np.ndarray], spec: AttachSpec, lo: int, hi: int
 ) -> tuple[list[Callable[[Any, int], None]], memoryview | None]:
-    """With observation slots: one row writer per slot (slot 0 first) for rows ``lo..hi``, and
-    the cell that names the slot each command writes. Without: ``([], None)``."""
+    """With observation slots: one row writer per slot (slot 0 first) for rows ``lo..hi``
+    (those of a split nest return its other leaves), and the cell that names the slot each
+    command writes. Without: ``([], None)``."""
     if not spec.obs_slots:
         return [], None
     space = spec.observation_space
     writers = [
-        _spaces.row_writer(space, views[_slot(s)][lo:hi], env_offset=lo)
+        _obs_writer(space, views, lambda k, s=s: _slot(k, s), lo, hi)  # type: ignore[misc]
         for s in range(spec.obs_slots + 1)
     ]
     return writers, memoryview(views[OBS_SLOT_CELL])  # type: ignore[arg-type]
@@ -346,21 +386,63 @@ class ObsSlots:
     to the slot's root array, so the root's refcount says whether the caller still holds
     anything of it. Only a slot back at its free count is written again. If the caller holds
     them all, the workers write slot 0 and the batch is copied out, as without slots.
+
+    A Dict/Tuple batch has a root per leaf, and a slot is free only when every leaf's is: a
+    caller keeping one camera of a batch keeps the whole slot.
     """
 
-    def __init__(self, views: dict[str, np.ndarray], slots: int) -> None:
-        #: the batches, slot 0 (the one copied out) first
-        self.batches = [views[_slot(s)] for s in range(slots + 1)]
-        #: the arrays their views hang from
-        self.roots = [view.base for view in self.batches]
+    def __init__(self, views: dict[str, np.ndarray], slots: int, space: Space[Any]) -> None:
+        n = len(views[REWARDS])
+        count = len(_spaces.fixed_leaves(space))
+        #: each slot's leaves, slot 0 (the one copied out) first
+        self.leaves = [[views[_slot(k, s)] for k in range(count)] for s in range(slots + 1)]
+        #: the batches (nests for Dict/Tuple spaces)
+        self.batches = [
+            _leaf_views(views, lambda k, s=s: _slot(k, s), space, 0, n)  # type: ignore[misc]
+            for s in range(slots + 1)
+        ]
+        #: the arrays their views hang from: one per slot (see :meth:`_roots`)
+        self.roots = self._roots()
         self.cell = memoryview(views[OBS_SLOT_CELL])  # type: ignore[arg-type]
-        self.free = getrefcount(self.roots[1])  # held by nobody but us
+        # Held by nobody but us (each leaf's root is held as often: its region's view, our
+        # list, the batch's view of it)
+        self.free = getrefcount(self.leaves[1][0].base)
+
+    @staticmethod
+    def bind(views: dict[str, np.ndarray], slots: int, space: Space[Any]) -> ObsSlots:
+        """The slots of ``space``'s batches: one leaf, or a Dict/Tuple nest of them."""
+        if len(_spaces.fixed_leaves(space)) == 1:
+            return ObsSlots(views, slots, space)
+        return _NestSlots(views, slots, space)
+
+    def _roots(self) -> list[Any]:
+        return [leaves[0].base for leaves in self.leaves]
 
     def pick(self) -> int:
         """Name the first slot the caller holds nothing of in the cell, and return it."""
         roots, free = self.roots, self.free
         for slot in range(1, len(roots)):
             if getrefcount(roots[slot]) == free:
+                break
+        else:
+            slot = 0
+        self.cell[0] = slot
+        return slot
+
+
+class _NestSlots(ObsSlots):
+    """The slots of a Dict/Tuple batch: a slot is free when none of its leaves is held."""
+
+    def _roots(self) -> list[Any]:
+        return [[leaf.base for leaf in leaves] for leaves in self.leaves]
+
+    def pick(self) -> int:
+        free = self.free
+        for slot in range(1, len(self.roots)):
+            roots = self.roots[slot]
+            # roots[k] counted as a temporary, as the free count was (a loop variable
+            # would hold one more reference)
+            if all(getrefcount(roots[k]) == free for k in range(len(roots))):
                 break
         else:
             slot = 0
@@ -385,23 +467,32 @@ class BatchViews:
     store_action_rows: Callable[[np.ndarray, Any], bool] | None
     #: ``read_action(env)``: env ``env``'s action in the block, as its worker reads it
     read_action: Callable[[int], Any] | None
-    #: the observation batch (a nest for Dict/Tuple), or None when observations travel by value
+    #: the observation batch (a nest for Dict/Tuple; a split nest's other leaves are None),
+    #: or None when observations travel by value
     observations: Any
     final_obs_rows: np.ndarray | None
     info_block: InfoBlockReader | None
     obs_slots: ObsSlots | None
+    #: a split nest's fixed-size leaves in the block, and the split (None: not split)
+    obs_leaves: list[np.ndarray] | None = None
+    obs_split: _spaces.ObsSplit | None = None
 
     @classmethod
     def bind(cls, views: dict[str, np.ndarray], plan: BlockPlan, spec: AttachSpec) -> BatchViews:
         n = spec.num_envs
         store = store_rows = read_action = observations = None
+        leaves = split = None
         if spec.action_space is not None:
             regions = ActionRegions(views, spec.action_space, n)
             store = _spaces.batch_setter(spec.action_space, regions.view, n)
             store_rows = _row_setter(regions)
             read_action = regions.reader(None, 0, n)
-        if spec.observation_space is not None:
-            observations = _leaf_views(views, _obs, spec.observation_space, 0, n)
+        space = spec.observation_space
+        if space is not None:
+            observations = _leaf_views(views, _obs, space, 0, n)
+            if plan.obs_split:
+                split = _spaces.ObsSplit(space)
+                leaves = _leaf_rows(views, _obs, space, 0, n)
         return cls(
             rewards=views[REWARDS],
             terminations=views[TERMINATIONS],
@@ -412,5 +503,7 @@ class BatchViews:
             observations=observations,
             final_obs_rows=views[FINAL_OBS] if plan.final_obs else None,
             info_block=InfoBlockReader(views, n) if plan.info_block else None,
-            obs_slots=ObsSlots(views, plan.obs_slots) if plan.obs_slots else None,
+            obs_slots=ObsSlots.bind(views, plan.obs_slots, space) if plan.obs_slots else None,
+            obs_leaves=leaves,
+            obs_split=split,
         )

@@ -55,7 +55,13 @@ from subvec._protocol import (
 from subvec._recycle import RecyclingFront
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
-from subvec._spaces import BY_VALUE, Stored, check_batch_layout, per_env_actions
+from subvec._spaces import (
+    BY_VALUE,
+    Stored,
+    check_batch_layout,
+    per_env_actions,
+    without_tensors,
+)
 from subvec._state import _ASYNC_NAME, _WAITING, _State
 from subvec.errors import BrokenVectorEnvError, add_note
 
@@ -101,6 +107,15 @@ def _copy_nest(obs: Any) -> Any:
     if isinstance(obs, tuple):
         return tuple(_copy_nest(v) for v in obs)
     return deepcopy(obs)
+
+
+def _view_nest(obs: Any) -> Any:
+    """A new view of each array of a batch in an observation slot (see _block.ObsSlots)."""
+    if isinstance(obs, np.ndarray):
+        return obs.view()
+    if isinstance(obs, dict):
+        return {k: _view_nest(v) for k, v in obs.items()}
+    return tuple(_view_nest(v) for v in obs)
 
 
 class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
@@ -242,11 +257,20 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
         self._info_block = batch.info_block
         self._obs_slots = batch.obs_slots
         self._obs_slot = 0
-        self._obs_shared = batch.observations is not None
-        if self._obs_shared:
+        #: a split nest: its fixed-size leaves are in the block, its others travel by value
+        #: and ``_env_obs`` holds each env's (see ``_spaces.ObsSplit``)
+        self._obs_split = batch.obs_split
+        #: observations entirely in the block
+        self._obs_shared = batch.observations is not None and self._obs_split is None
+        if batch.observations is not None:
             self._observations = batch.observations
         else:
             self._observations = create_empty_array(self.single_observation_space, n=n, fn=np.zeros)
+        if self._obs_split is not None:
+            assert batch.obs_leaves is not None
+            #: the split nest's fixed-size leaves in the block's own batch (slot 0)
+            self._obs_fixed = batch.obs_leaves
+            self._loose_out = self._obs_split.empty_loose(n)
         self._needs_reset = np.zeros(n, dtype=np.bool_)
         #: the envs the result being built reports truncated (a step) with worker_restarted
         self._restarted = np.zeros(n, dtype=np.bool_)
@@ -946,6 +970,8 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
         if stored is BY_VALUE:
             if per_env is None:
                 check_batch_layout(self.single_action_space, actions, self.num_envs)
+                # numpy values, as from the block
+                actions = without_tensors(self.single_action_space, actions)
                 per_env = per_env_actions(self.action_space, actions, self.num_envs, "one per env")
             elif len(per_env) != self.num_envs:
                 raise ValueError(
@@ -1036,15 +1062,19 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
     def _fresh_obs_slot(self, units: Iterable[Unit] | None = None) -> None:
         """:meth:`_pick_obs_slot`, keeping the observations of the current batch in the new
         one: all of them, or those of ``units``' envs (those the command leaves alone)."""
-        previous = self._observations
+        slots = self._obs_slots
+        assert slots is not None
+        previous = self._obs_slot
         self._pick_obs_slot()
-        if self._observations is previous:
+        if self._obs_slot == previous:
             return
-        if units is None:
-            np.copyto(self._observations, previous)
-        else:
-            for unit in units:
-                self._observations[unit.lo : unit.hi] = previous[unit.lo : unit.hi]
+        spans = None if units is None else [(unit.lo, unit.hi) for unit in units]
+        for old, new in zip(slots.leaves[previous], slots.leaves[self._obs_slot]):
+            if spans is None:
+                np.copyto(new, old)
+            else:
+                for lo, hi in spans:
+                    new[lo:hi] = old[lo:hi]
 
     def _any_ended(self) -> bool:
         """Whether any env terminated or truncated in the last step. ``count_nonzero`` is a
@@ -1118,13 +1148,41 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
                 if data is not None:
                     for local, value in data[1] or ():
                         self._env_obs[lo + local] = value
+            if self._obs_split is not None:
+                return self._split_out()
             self._observations = concatenate(
                 self.single_observation_space, self._env_obs, self._observations
             )
             return deepcopy(self._observations) if self.copy else self._observations
         if self._obs_slot:  # the caller's own batch (see _block.ObsSlots)
-            return self._observations.view()
+            obs = self._observations
+            return obs.view() if type(obs) is np.ndarray else _view_nest(obs)
         return _copy_nest(self._observations) if self.copy else self._observations
+
+    def _split_out(self) -> Any:
+        """A split nest's batch: its fixed-size leaves from the block (copied, or views of an
+        observation slot) and its other leaves batched with gymnasium's ``concatenate``
+        (and deep-copied with ``copy=True``), as SyncVectorEnv batches the whole nest."""
+        split = self._obs_split
+        assert split is not None
+        loose = split.loose_batches(self._env_obs, self._loose_out)
+        slot = self._obs_slot
+        if slot:  # the caller's own batch (see _block.ObsSlots)
+            assert self._obs_slots is not None
+            fixed = [leaf.view() for leaf in self._obs_slots.leaves[slot]]
+        else:
+            fixed = self._obs_fixed_now()
+            if self.copy:
+                fixed = [leaf.copy() for leaf in fixed]
+        if self.copy:
+            loose = deepcopy(loose)
+        return split.build(fixed, loose)
+
+    def _obs_fixed_now(self) -> list[np.ndarray]:
+        """A split nest's fixed-size leaves in the batch the units write now."""
+        if self._obs_slots is not None:
+            return self._obs_slots.leaves[self._obs_slot]
+        return self._obs_fixed
 
     def _merge_infos(self, parts: Sequence[Part]) -> Any:
         """Merge the info events in env order, as SyncVectorEnv would."""
@@ -1213,5 +1271,6 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
             "_obs_slots",
         ):
             self.__dict__.pop(name, None)
-        if getattr(self, "_obs_shared", False):
+        if getattr(self, "_obs_shared", False) or getattr(self, "_obs_split", None) is not None:
             self.__dict__.pop("_observations", None)
+            self.__dict__.pop("_obs_fixed", None)

@@ -59,6 +59,9 @@ class SlabArrays:
     terminations: np.ndarray
     truncations: np.ndarray
     write_obs: Callable[[Any, int], None] | None = None
+    #: a split nest (``_spaces.ObsSplit``), instead of ``write_obs``: ``split(obs, i)`` writes
+    #: the fixed-size leaves and returns the others, which go in ``SlabResult.obs``
+    split_obs: Callable[[Any, int], Any] | None = None
     read_action: Callable[[int], Any] | None = None
     #: ``action_reader(dtypes)``: a ``read_action`` for a batch the parent stored in other
     #: dtypes than the space's (one per leaf; see ``_block.ActionRegions``)
@@ -78,7 +81,8 @@ class FinalObsInBlock:
 @dataclass
 class SlabResult:
     infos: list[InfoEvent] = field(default_factory=list)
-    obs: list[tuple[int, Any]] | None = None  # by-value observations (local env, obs)
+    #: by-value observations (local env, obs); of a split nest, (local env, its other leaves)
+    obs: list[tuple[int, Any]] | None = None
     #: ``step_envs`` only: the envs that raised, ``(local env, exception)``
     errors: list[tuple[int, Exception]] | None = None
 
@@ -157,13 +161,16 @@ class EnvSlab:
         self.arrays = arrays
 
     def _emit_obs(self, result: SlabResult, i: int, obs: Any) -> None:
-        assert self.arrays is not None
-        if self.arrays.write_obs is not None:
-            self.arrays.write_obs(obs, i)
-        else:
-            if result.obs is None:
-                result.obs = []
-            result.obs.append((i, obs))
+        arrays = self.arrays
+        assert arrays is not None
+        if arrays.write_obs is not None:
+            arrays.write_obs(obs, i)
+            return
+        if arrays.split_obs is not None:
+            obs = arrays.split_obs(obs, i)
+        if result.obs is None:
+            result.obs = []
+        result.obs.append((i, obs))
 
     def set_reset_options(
         self, envs: Sequence[int], options: Sequence[dict[str, Any] | None]

@@ -6,32 +6,41 @@ MultiDiscrete, MultiBinary, and Dict/Tuple nests of them) live in shared memory.
 (Text, Sequence, Graph, OneOf, custom spaces) is *not shareable* and travels pickled over the
 pipe; it is never silently zeroed.
 
+A Dict/Tuple nest that mixes both kinds is *split* (:class:`ObsSplit`): its fixed-size leaves
+live in shared memory and only the others travel by value.
+
 Leaves are laid out leaf-major: each leaf is one contiguous ``(num_envs, *shape)`` array, so the
 batch the parent returns is a plain view of the block (zero copies with ``copy=False``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import operator
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import singledispatch
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import iterate
+from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 __all__ = [
     "BY_VALUE",
     "LeafSpec",
+    "ObsSplit",
     "Stored",
     "batch_setter",
     "build_views",
     "check_batch_layout",
+    "fixed_leaves",
     "is_shareable",
     "leaf_specs",
     "row_reader",
     "row_writer",
+    "tensor_as_array",
+    "without_tensors",
 ]
 
 
@@ -111,6 +120,170 @@ def build_views(space: spaces.Space[Any], leaves: Iterator[np.ndarray]) -> Any:
     if isinstance(space, spaces.Tuple):
         return tuple(build_views(sub, leaves) for sub in space.spaces)
     return next(leaves)
+
+
+# --- split nests: fixed-size leaves in the block, the others by value ---------------------
+
+Path = tuple[str | int, ...]
+
+
+def _split(space: spaces.Space[Any]) -> tuple[list[tuple[Path, Any]], list[tuple[Path, Any]]]:
+    """The leaves of ``space`` in depth-first order, as ``(path, space)``: the fixed-size ones
+    and the others (a Text, Sequence, Graph, OneOf or custom space is one leaf, whatever it
+    holds)."""
+    fixed: list[tuple[Path, Any]] = []
+    loose: list[tuple[Path, Any]] = []
+
+    def walk(sub: spaces.Space[Any], path: Path) -> None:
+        if isinstance(sub, spaces.Dict):
+            for key, item in sub.spaces.items():
+                walk(item, (*path, key))
+        elif isinstance(sub, spaces.Tuple):
+            for i, item in enumerate(sub.spaces):
+                walk(item, (*path, i))
+        elif is_shareable(sub):
+            fixed.append((path, sub))
+        else:
+            loose.append((path, sub))
+
+    walk(space, ())
+    return fixed, loose
+
+
+def fixed_leaves(space: spaces.Space[Any]) -> list[LeafSpec]:
+    """The fixed-size leaves of ``space`` (every leaf when it is shareable), in the order
+    ``leaf_specs`` gives them."""
+    return [LeafSpec(path, np.dtype(sub.dtype), tuple(sub.shape)) for path, sub in _split(space)[0]]
+
+
+def _getter(path: Path) -> Callable[[Any], Any]:
+    if len(path) == 1:
+        return operator.itemgetter(path[0])
+
+    def get(obs: Any) -> Any:
+        for key in path:
+            obs = obs[key]
+        return obs
+
+    return get
+
+
+def _nest_builder(space: spaces.Space[Any]) -> Callable[[Sequence[Any], Sequence[Any]], Any]:
+    """``build(fixed, loose)``: the nest of ``space`` with ``fixed[k]`` at its k-th fixed-size
+    leaf and ``loose[j]`` at its j-th other leaf (``_split`` order)."""
+    counts = [0, 0]
+
+    def make(sub: spaces.Space[Any]) -> Callable[[Sequence[Any], Sequence[Any]], Any]:
+        if isinstance(sub, spaces.Dict):
+            parts = [(key, make(item)) for key, item in sub.spaces.items()]
+            return lambda f, lo: {key: build(f, lo) for key, build in parts}
+        if isinstance(sub, spaces.Tuple):
+            items = [make(item) for item in sub.spaces]
+            return lambda f, lo: tuple(build(f, lo) for build in items)
+        kind = 0 if is_shareable(sub) else 1
+        index = counts[kind]
+        counts[kind] += 1
+        if kind == 0:
+            return lambda f, lo: f[index]
+        return lambda f, lo: lo[index]
+
+    return make(space)
+
+
+class ObsSplit:
+    """A Dict/Tuple observation space whose fixed-size leaves (images, vectors) live in the
+    block while its other leaves (a Text instruction, a Sequence, a Graph) travel by value.
+
+    A worker writes an env's fixed-size leaves into their rows and sends the others, one
+    tuple per env (:meth:`writer`); the parent batches those with gymnasium's own
+    ``concatenate``, leaf by leaf, as SyncVectorEnv batches the whole nest
+    (:meth:`loose_batches`), and puts the nest together (:meth:`build`).
+
+    Attributes:
+        space: the single observation space.
+        fixed: its fixed-size leaves (``leaf_specs`` order).
+        loose: its other leaves' spaces, in the same depth-first order.
+    """
+
+    def __init__(self, space: spaces.Space[Any]) -> None:
+        fixed, loose = _split(space)
+        self.space = space
+        self.fixed = fixed_leaves(space)
+        self._fixed_spaces = [sub for _, sub in fixed]
+        self.loose = [sub for _, sub in loose]
+        self._loose_paths = [path for path, _ in loose]
+        #: ``build(fixed, loose)``: the nest, from one value per fixed-size and other leaf
+        self.build = _nest_builder(space)
+
+    @staticmethod
+    def applies(space: spaces.Space[Any]) -> bool:
+        """Whether ``space`` is a nest with leaves of both kinds."""
+        fixed, loose = _split(space)
+        return bool(fixed) and bool(loose)
+
+    def writer(self, rows: Sequence[np.ndarray], env_offset: int = 0) -> Callable[[Any, int], Any]:
+        """``write(obs, row) -> loose``: copy one env's fixed-size leaves into row ``row`` of
+        ``rows`` (one array per fixed-size leaf, checked as :func:`row_writer` checks) and
+        return its other leaves as a tuple."""
+        fixed = [
+            (_getter(leaf.path), _row_writer(sub, array, leaf.path, env_offset))
+            for leaf, sub, array in zip(self.fixed, self._fixed_spaces, rows)
+        ]
+        loose = [_getter(path) for path in self._loose_paths]
+
+        def write(obs: Any, row: int) -> Any:
+            for get, put in fixed:
+                put(get(obs), row)
+            return tuple(get(obs) for get in loose)
+
+        return write
+
+    def empty_loose(self, num_envs: int) -> list[Any]:
+        """``concatenate``'s ``out`` for each other leaf (gymnasium's ``create_empty_array``)."""
+        return [create_empty_array(sub, n=num_envs, fn=np.zeros) for sub in self.loose]
+
+    def loose_batches(self, per_env: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
+        """Each other leaf batched over the envs (``per_env``: each env's tuple), with
+        gymnasium's ``concatenate``, as SyncVectorEnv batches them."""
+        return [
+            concatenate(sub, [values[j] for values in per_env], outs[j])
+            for j, sub in enumerate(self.loose)
+        ]
+
+
+# --- torch actions ------------------------------------------------------------------------
+
+
+def tensor_as_array(value: Any, dtype: np.dtype[Any], where: str) -> np.ndarray | None:
+    """A CPU torch tensor as a numpy array sharing its memory, to be stored in ``dtype``;
+    None when ``value`` is no tensor. torch is never imported here: a tensor can only exist
+    once its caller has imported it.
+
+    Args:
+        value: one leaf of a batch of actions.
+        dtype: the action space's dtype, which the workers will read the batch in.
+        where: the leaf, for error messages.
+
+    Raises:
+        ValueError: the tensor is on another device than the CPU (the workers read actions
+            from shared memory, which a GPU does not write).
+        TypeError: its dtype does not cast to ``dtype`` (``same_kind``, e.g. floats for a
+            Discrete space).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(value, torch.Tensor):
+        return None
+    _check_device(value, where)
+    tensor = value.detach()
+    if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16
+        tensor = tensor.float()
+    array: np.ndarray = tensor.resolve_conj().resolve_neg().numpy()
+    if not np.can_cast(array.dtype, dtype, "same_kind"):
+        raise TypeError(
+            f"{where}: a torch tensor of dtype {value.dtype} cannot be cast to the action "
+            f"space's dtype {dtype} (same_kind casting); convert the batch first"
+        )
+    return array
 
 
 # --- worker side: write one env's observation, read one env's action -----------------------
@@ -259,11 +432,19 @@ def batch_setter(
         targets: list[np.ndarray] = []
         odd = False
         for k, (spec, value) in enumerate(zip(leaves, given)):
+            where = f"actions{_describe(spec.path)}"
+            tensor = None
             if type(value) is not np.ndarray:
-                return BY_VALUE  # iterate() hands the envs its items as they are
+                # A CPU torch tensor goes in the block in the space's dtype: the envs get
+                # numpy values, as the space declares (not tensor slices, as from Sync).
+                tensor = tensor_as_array(value, spec.dtype, where)
+                if tensor is None:
+                    # iterate() hands the envs its items as they are (tensors among them
+                    # become numpy values first: VectorFront._send_step)
+                    return BY_VALUE
+                value = given[k] = tensor
             expected = (num_envs, *spec.shape)
             if value.shape != expected:
-                where = f"actions{_describe(spec.path)}"
                 if value.ndim == 0:
                     # As iterate() over a 0-d batch: a TypeError, it is not a batch at all
                     raise TypeError(
@@ -276,14 +457,17 @@ def batch_setter(
                         f"got {value.shape[0]} (shape {value.shape})"
                     )
                 raise ValueError(f"{where}: expected shape {expected}, got {value.shape}")
-            target = defaults[k] if value.dtype == spec.dtype else view(k, value.dtype)
+            if tensor is not None or value.dtype == spec.dtype:
+                target = defaults[k]
+            else:
+                target = view(k, value.dtype)
             if target is None:
                 return BY_VALUE
             odd = odd or target is not defaults[k]
             targets.append(target)
         for target, value in zip(targets, given):
-            np.copyto(target, value)  # same dtype and shape: a plain copy
-        return tuple(v.dtype.str for v in given) if odd else None
+            np.copyto(target, value)  # same shape; the same dtype, or a checked cast
+        return tuple(t.dtype.str for t in targets) if odd else None
 
     if len(leaves) != 1 or leaves[0].path:
         return store
@@ -303,6 +487,44 @@ def batch_setter(
         return store(actions)
 
     return store_exact
+
+
+def without_tensors(space: spaces.Space[Any], actions: Any) -> Any:
+    """``actions`` (a batch of ``space``) with each CPU torch tensor at a fixed-size leaf
+    replaced by a numpy array in the leaf's dtype: for a batch that travels by value, so that
+    its envs get numpy values as the block's would. Anything else is left as it is.
+
+    Raises:
+        ValueError, TypeError: as :func:`tensor_as_array`.
+    """
+    if "torch" not in sys.modules:
+        return actions
+    return _untensor(space, actions, ())
+
+
+def _untensor(space: spaces.Space[Any], actions: Any, path: Path) -> Any:
+    if isinstance(space, spaces.Dict) and isinstance(actions, dict):
+        return {
+            key: _untensor(space.spaces[key], value, (*path, key)) if key in space.spaces else value
+            for key, value in actions.items()
+        }
+    if isinstance(space, spaces.Tuple) and isinstance(actions, (tuple, list)):
+        if len(actions) != len(space.spaces):
+            return actions  # not a batch of this space: its own error follows
+        items = [_untensor(sub, a, (*path, i)) for i, (sub, a) in enumerate(zip(space, actions))]
+        return type(actions)(items)
+    if not is_shareable(space):
+        return actions
+    array = tensor_as_array(actions, np.dtype(space.dtype), f"actions{_describe(path)}")
+    return actions if array is None else array.astype(space.dtype, copy=False)
+
+
+def _check_device(tensor: Any, where: str) -> None:
+    if tensor.device.type != "cpu":
+        raise ValueError(
+            f"{where}: a torch tensor on device {tensor.device}; the workers read actions "
+            "from shared memory on the CPU: move the batch there first, e.g. actions.cpu()"
+        )
 
 
 def _flatten_actions(

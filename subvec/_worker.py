@@ -342,8 +342,12 @@ class _Server:
 
     def _point_obs_rows(self) -> None:
         """Write this command's observations into the slot the parent picked for them."""
-        assert self.slab.arrays is not None and self.obs_slot_cell is not None
-        self.slab.arrays.write_obs = self.obs_writers[self.obs_slot_cell[0]]
+        arrays = self.slab.arrays
+        assert arrays is not None and self.obs_slot_cell is not None
+        if arrays.split_obs is not None:
+            arrays.split_obs = self.obs_writers[self.obs_slot_cell[0]]
+        else:
+            arrays.write_obs = self.obs_writers[self.obs_slot_cell[0]]
 
     def _step_reply(self, result: SlabResult) -> bytes:
         """A step's reply payload; empty for a plain OK (every result in the block). Every

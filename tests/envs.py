@@ -44,6 +44,17 @@ def space_zoo() -> dict[str, spaces.Space[Any]]:
             edge_space=spaces.Discrete(3),
         ),
         "dict_with_text": spaces.Dict({"x": box(np.float32), "t": spaces.Text(max_length=4)}),
+        # A robot's observation: two cameras and a state vector in the block, a language
+        # instruction (the same for a whole episode, see ZooEnv) by pipe; 5 envs of it are
+        # big enough for observation slots
+        "cameras_text": spaces.Dict(
+            {
+                "agentview": spaces.Box(0, 255, (24, 32, 3), np.uint8),
+                "wrist": spaces.Box(0, 255, (24, 32, 3), np.uint8),
+                "state": spaces.Box(-1.0, 1.0, (9,), np.float32),
+                "instruction": spaces.Text(max_length=16),
+            }
+        ),
         "custom": CounterSpace(),
     }
 
@@ -99,14 +110,22 @@ class ZooEnv(gym.Env[Any, Any]):
         self.t = 0
         self.last_action: Any = None
         self.marker = "default"
+        self.instruction: str | None = None
 
     def _obs(self) -> Any:
         self.observation_space.seed(int(self.np_random.integers(2**31)))
-        return self.observation_space.sample()
+        obs = self.observation_space.sample()
+        if isinstance(obs, dict) and "instruction" in obs:
+            # A task's instruction holds for its episode: sampled at reset, then kept
+            if self.instruction is None:
+                self.instruction = obs["instruction"]
+            obs["instruction"] = self.instruction
+        return obs
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self.t = 0
+        self.instruction = None
         info: dict[str, Any] = {"reset_count": int(self.np_random.integers(100))}
         if options:
             info["options_seen"] = sorted(options)

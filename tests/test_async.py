@@ -38,12 +38,14 @@ def row_info(infos: Any, row: int) -> Any:
     return dict(sorted(out.items()))
 
 
-def _row(batch: Any, row: int) -> Any:
-    if isinstance(batch, dict):
-        return {k: _row(v, row) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_row(v, row) for v in batch)
-    return batch[row, ...]
+def _row(batch: Any, row: int, space: spaces.Space[Any]) -> Any:
+    """Row ``row`` of a batch of the single ``space``: an array's row, or the item of a leaf
+    gymnasium batches as a tuple (Text, Sequence, ...)."""
+    if isinstance(space, spaces.Dict):
+        return {k: _row(batch[k], row, sub) for k, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_row(batch[i], row, sub) for i, sub in enumerate(space.spaces))
+    return batch[row, ...] if isinstance(batch, np.ndarray) else batch[row]
 
 
 def _oracle(fn: Any, mode: AutoresetMode, info_format: str) -> Any:
@@ -59,23 +61,25 @@ def _expected(fns: list[Any], actions: list[list[Any]], mode: AutoresetMode, fmt
         oracle = _oracle(fn, mode, fmt)
         try:
             obs, infos = oracle.reset(seed=SEED + e)
-            records = [(_row(obs, 0), 0.0, False, False, row_info(infos, 0))]
+            space = oracle.single_observation_space
+            records = [(_row(obs, 0, space), 0.0, False, False, row_info(infos, 0))]
             for action in actions[e]:
                 obs, rew, term, trunc, infos = oracle.step(np.array([action]))
-                records.append((_row(obs, 0), rew[0], term[0], trunc[0], row_info(infos, 0)))
+                row = _row(obs, 0, space)
+                records.append((row, rew[0], term[0], trunc[0], row_info(infos, 0)))
         finally:
             oracle.close()
         out.append(records)
     return out
 
 
-def _record(got: dict[int, list], batch: tuple) -> list[int]:
+def _record(got: dict[int, list], batch: tuple, space: spaces.Space[Any]) -> list[int]:
     obs, rew, term, trunc, infos = batch
     ids = [infos[r]["env_id"] for r in range(len(infos))] if isinstance(infos, list) else None
     ids = ids if ids is not None else infos["env_id"].tolist()
     for r, env in enumerate(ids):
         got.setdefault(env, []).append(
-            (_row(obs, r), rew[r], term[r], trunc[r], row_info(infos, r))
+            (_row(obs, r, space), rew[r], term[r], trunc[r], row_info(infos, r))
         )
     return ids
 
@@ -107,7 +111,7 @@ CASES = [
     CASES,
     ids=[f"{'-'.join(map(str, c[0].values()))}-{c[1].value}-{c[2]}-b{c[3]}" for c in CASES],
 )
-@pytest.mark.parametrize("space", ["dict_nest", "box_f32"])
+@pytest.mark.parametrize("space", ["dict_nest", "box_f32", "cameras_text"])
 def test_each_envs_trajectory_matches_sync(
     layout: dict[str, Any], mode: AutoresetMode, info_format: str, batch_size: int, space: str
 ) -> None:
@@ -133,7 +137,7 @@ def check_trajectories(envs: Any, actions: list[list[Any]], want: list, batch_si
     sent = [0] * len(actions)
     envs.async_reset(seed=SEED)
     while envs.in_flight_env_ids or envs.ready_env_ids:
-        ids = _record(got, envs.recv())
+        ids = _record(got, envs.recv(), envs.single_observation_space)
         assert len(ids) <= batch_size
         todo = [e for e in ids if sent[e] < len(actions[e])]
         if todo:
@@ -355,7 +359,7 @@ def test_results_left_in_the_block_and_sends_of_both_kinds_match_sync(mode: Auto
     try:
         envs.async_reset(seed=SEED)
         while envs.in_flight_env_ids or envs.ready_env_ids:
-            for e in _record(got, envs.recv()):
+            for e in _record(got, envs.recv(), envs.single_observation_space):
                 if sent[e] < steps:
                     action = actions[e][sent[e]]
                     envs.send(np.array([action]) if turn % 2 else [action], [e])

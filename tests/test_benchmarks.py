@@ -104,6 +104,29 @@ def test_workload_names() -> None:
     assert obs.shape == (2, 3) and env.observation_space.contains(obs)
     obs, _, terminated, _, info = env.step(1)
     assert env.observation_space.contains(obs) and not terminated and info == {}
+    spec = suite.workload_spec("libero1ms", iters_per_us=2.0)
+    assert spec == {"kind": "libero", "cost_us": 1000, "iters": 2000, "text": True}
+    assert suite.workload_spec("libero5us_notext", 2.0)["text"] is False
+    env = suite.make_factory(suite.workload_spec("libero10us", 1.0))()
+    obs, _ = env.reset(seed=0)
+    assert obs["agentview_image"].shape == (224, 224, 3) and obs["state"].shape == (9,)
+    assert env.observation_space.contains(obs) and obs["instruction"] in env.INSTRUCTIONS
+    obs, *_ = env.step(env.action_space.sample())
+    assert env.observation_space.contains(obs)
+    assert "instruction" not in suite.make_factory({**spec, "text": False})().observation_space
+
+
+@pytest.mark.timeout(90)
+def test_the_libero_workload_runs_with_torch_actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])  # the child imports this checkout
+    suite = _load_suite()
+    assert "subvec_torch" in suite.ALL_IMPLS and "subvec_torch" in suite.STYLES
+    spec = suite.workload_spec("libero10us", 1.0)
+    cfg = {"impl": "subvec_torch", "num_envs": 2, "spec": spec, "seed": 0}
+    result = suite.run_child({**cfg, "warmup": 0.05, "duration": 0.1}, timeout=80)
+    assert "error" not in result, result
+    assert result["steps_per_s"] > 0 and result["vec_steps"] > 0
 
 
 def test_peers_are_registered_and_skip_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:

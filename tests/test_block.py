@@ -102,7 +102,7 @@ def test_obs_slots_pick_a_batch_the_caller_does_not_hold(image_block: Any) -> No
     writers, cell = slot_writers(block.views, spec, 0, 4)  # a worker's side
     assert len(writers) == OBS_SLOTS + 1 and cell is not None
     del writers  # (they hold their slots' rows: the parent never has them)
-    slots = ObsSlots(block.views, plan.obs_slots)
+    slots = ObsSlots.bind(block.views, plan.obs_slots, IMAGE)
     held = []
     for expected in range(1, OBS_SLOTS + 1):
         assert slots.pick() == expected and cell[0] == expected

@@ -178,7 +178,8 @@ def _default_cases() -> list[tuple[str, str, tuple[AutoresetMode, str]]]:
     Every space with every mode, the vectorisers taking turns over the spaces (each then runs
     every mode on several spaces); each vectoriser's first lap over the spaces takes a mode's
     rarest format (legacy, or list), the second lap alternates gymnasium's own and list. The
-    vectorisers that are slow to start get one case per mode, in turn with each format.
+    vectorisers that are slow to start get one case per mode, in turn with each format. The
+    camera-and-instruction nest runs under every other vectoriser.
     """
     cheap = [name for name in VECTORISERS if name not in SLOW_TO_START]
     cases = []
@@ -194,6 +195,12 @@ def _default_cases() -> list[tuple[str, str, tuple[AutoresetMode, str]]]:
     for name in sorted(SLOW_TO_START):
         for mode, space, info_format in zip(MODES, slow_spaces, slow_formats):
             cases.append((name, space, (mode, info_format)))
+    # the split nest (cameras in the block, the instruction by pipe) under every layout
+    flavours = [(mode, f) for mode in MODES for f in FORMATS[mode]]
+    for k, name in enumerate(cheap):
+        case = (name, "cameras_text", flavours[k % len(flavours)])
+        if case not in cases:
+            cases.append(case)
     # what the list and legacy formats' own tests checked before the axis existed
     for info_format in ("list", "legacy"):
         case = ("workers", "box_f32", (AutoresetMode.SAME_STEP, info_format))

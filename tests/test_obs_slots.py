@@ -168,3 +168,48 @@ def test_actions_by_value_never_write_a_held_batch(act_space: spaces.Space[str])
     finally:
         envs.close()
         oracle.close()
+
+
+CAMERAS = {"left": IMAGE, "right": IMAGE, "state": spaces.Box(-1.0, 1.0, (9,), np.float32)}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("text", [False, True], ids=["in_block", "split_with_text"])
+def test_dict_batches_are_slots_and_a_held_leaf_keeps_its_slot(text: bool) -> None:
+    # Every leaf in the block has its slots; a slot is written again only when the caller
+    # holds none of its leaves. With a Text leaf, only the fixed-size leaves are in slots.
+    space = spaces.Dict({**CAMERAS, **({"instruction": spaces.Text(8)} if text else {})})
+    fns = [lambda: ZooEnv(space, max_steps=10**6, terminate_prob=0.1)] * 4
+    envs, oracle = SubprocVectorEnv(fns, num_workers=2), SyncVectorEnv(fns)
+    try:
+        assert envs.block_plan.obs_slots == OBS_SLOTS
+        assert envs.block_plan.obs_split is text
+        assert_same(envs.reset(seed=2), oracle.reset(seed=2), "reset")
+        envs.action_space.seed(1)
+        held: list[tuple[object, np.ndarray]] = []
+        roots: set[int] = set()
+        copied = False
+        for t in range(12):
+            actions = envs.action_space.sample()
+            got = envs.step(actions)[0]
+            want = oracle.step(actions)[0]
+            assert_same(got, want, f"step {t}")
+            bases = {key: got[key].base for key in CAMERAS}
+            if any(base is None for base in bases.values()):
+                assert all(base is None for base in bases.values())  # the whole batch copied
+                copied = True
+            else:
+                roots.add(id(bases["left"]))
+            del bases
+            if t in (2, 4, 6):  # one leaf of each: each keeps its whole slot
+                key = ("left", "right", "state")[t // 2 - 1]
+                held.append((got[key], want[key].copy()))
+            for i, (kept, value) in enumerate(held):
+                assert np.array_equal(kept, value), f"held leaf {i} changed at step {t}"
+        assert len(roots) == OBS_SLOTS and copied
+        held.clear()
+        got = envs.step(envs.action_space.sample())[0]
+        assert id(got["left"].base) in roots  # let go of: in use again
+    finally:
+        envs.close()
+        oracle.close()

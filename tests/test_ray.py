@@ -101,6 +101,8 @@ RayEnvs = functools.partial(RayVectorEnv, num_actors=2, local_workers=1, start_t
         ("tuple_nest", AutoresetMode.SAME_STEP, "legacy"),
         # observations by value, and masked resets that leave a whole actor alone
         ("text", AutoresetMode.DISABLED, "list"),
+        # split in each actor's vector env (cameras in its block), by value to the driver
+        ("cameras_text", AutoresetMode.SAME_STEP, "gymnasium"),
     ],
     ids=lambda v: getattr(v, "value", v),
 )

@@ -14,6 +14,7 @@ from subvec._spaces import (
     BY_VALUE,
     LeafSpec,
     ObservationShapeError,
+    ObsSplit,
     batch_setter,
     build_views,
     is_shareable,
@@ -88,9 +89,11 @@ def test_a_subclass_of_a_fixed_size_space_is_shareable() -> None:
 
 
 def test_the_zoo_shares_exactly_its_fixed_size_spaces() -> None:
-    unshared = {"text", "sequence", "graph", "dict_with_text", "custom"}
+    unshared = {"text", "sequence", "graph", "dict_with_text", "cameras_text", "custom"}
+    split = {"dict_with_text", "cameras_text"}  # nests of both kinds of leaves
     for name, space in space_zoo().items():
         assert is_shareable(space) is (name not in unshared), name
+        assert ObsSplit.applies(space) is (name in split), name
 
 
 def test_leaf_specs_walk_the_nest_depth_first() -> None:
@@ -315,3 +318,46 @@ def test_batch_setter_validates_every_leaf_before_writing_any(
         store(actions(good))
     stored = [views.default(k) for k in range(len(views.leaves))]
     assert_same(stored, _leaf_values(NEST, before))  # no leaf was written, not even the first
+
+
+MIXED = spaces.Dict(
+    {
+        "cam": spaces.Box(0, 255, (4, 3, 3), np.uint8),
+        "task": spaces.Text(max_length=8),
+        "arm": spaces.Tuple(
+            (
+                spaces.Box(-1.0, 1.0, (2,), np.float32),
+                spaces.Sequence(spaces.Discrete(3)),
+                spaces.Discrete(4),
+            )
+        ),
+    }
+)
+
+
+def test_a_split_nest_writes_its_fixed_leaves_and_returns_the_others() -> None:
+    split = ObsSplit(MIXED)
+    # depth-first, gymnasium's sorted keys: arm (0, 1, 2), cam, task
+    assert [leaf.path for leaf in split.fixed] == [("arm", 0), ("arm", 2), ("cam",)]
+    assert split.loose == [MIXED["arm"][1], MIXED["task"]]
+    rows = [np.zeros((N, *leaf.shape), dtype=leaf.dtype) for leaf in split.fixed]
+    write = split.writer(rows)
+    MIXED.seed(0)
+    samples = [MIXED.sample() for _ in range(N)]
+    loose = [write(obs, i) for i, obs in enumerate(samples)]
+    assert loose == [(obs["arm"][1], obs["task"]) for obs in samples]
+    # the fixed rows and the other leaves batched make exactly gymnasium's batch of the nest
+    want = concatenate(MIXED, samples, create_empty_array(MIXED, N))
+    got = split.build(rows, split.loose_batches(loose, split.empty_loose(N)))
+    assert_same(got, want)
+
+
+def test_a_split_nest_checks_its_fixed_leaves_like_a_row_writer() -> None:
+    split = ObsSplit(MIXED)
+    write = split.writer(
+        [np.zeros((N, *leaf.shape), dtype=leaf.dtype) for leaf in split.fixed], env_offset=5
+    )
+    obs = MIXED.sample()
+    obs["cam"] = np.zeros((4, 3), np.uint8)
+    with pytest.raises(ObservationShapeError, match=r"env 6: observation\['cam'\] has shape"):
+        write(obs, 1)

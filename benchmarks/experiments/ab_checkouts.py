@@ -10,8 +10,10 @@ a machine whose speed drifts from minute to minute (ratios within a round, not r
         --workload cartpole --num-envs 16 base=/tmp/base new=.
 
 Workloads: ``cartpole``, ``cartpole_monitor`` (in SB3's ``Monitor``), ``busy<N>``
-(bench_vector.py's BusyEnv with N us of work a step), ``pong``, ``halfcheetah``. Extra
-constructor arguments: ``--kwargs "{'spin_us': 0}"``.
+(bench_vector.py's BusyEnv with N us of work a step), ``pong``, ``halfcheetah``, and any other
+workload bench_vector.py names (``libero1ms``, ``libero1ms_notext``, ``busy100us_84x84x3``).
+Extra constructor arguments: ``--kwargs "{'spin_us': 0}"``; ``--torch`` steps with CPU torch
+tensors instead of numpy arrays (what a torch policy hands over).
 
 A checkout may force how the envs are split between the workers (is an uneven split better
 when worker 0 shares its CPU with the parent? docs/decisions/0007): ``label=path:6,10`` gives
@@ -49,9 +51,9 @@ def factory(workload: str) -> Any:
         return functools.partial(bv._make_gym, "ALE/Pong-v5", "ale_py")
     if workload == "halfcheetah":
         return functools.partial(bv._make_gym, "HalfCheetah-v5", "mujoco")
-    if workload.startswith("busy"):
+    if workload[4:].isdigit() and workload.startswith("busy"):
         return functools.partial(bv.BusyEnv, int(int(workload[4:]) * bv.calibrate(0.1)), (4,))
-    raise SystemExit(f"unknown workload {workload!r}")
+    return bv.make_factory(bv.workload_spec(workload, bv.calibrate(0.1)))
 
 
 def monitored(make: Any) -> Any:
@@ -62,7 +64,12 @@ def monitored(make: Any) -> Any:
 
 
 def child_vector(
-    workload: str, n: int, kwargs: dict[str, Any], seconds: float, split: list[int] | None = None
+    workload: str,
+    n: int,
+    kwargs: dict[str, Any],
+    seconds: float,
+    split: list[int] | None = None,
+    torch: bool = False,
 ) -> float:
     import subvec
 
@@ -82,7 +89,13 @@ def child_vector(
     envs = subvec.SubprocVectorEnv([factory(workload)] * n, **kwargs)
     try:
         envs.reset(seed=0)
-        return timed_rate(envs.step, [envs.action_space.sample() for _ in range(64)], n, seconds)
+        actions = [envs.action_space.sample() for _ in range(64)]
+        if torch:
+            sys.path.insert(0, str(HERE.parent))
+            import bench_vector as bv
+
+            actions = bv.as_tensors(actions)
+        return timed_rate(envs.step, actions, n, seconds)
     finally:
         envs.close()
 
@@ -178,6 +191,7 @@ def main() -> None:
     parser.add_argument("--kwargs", default="{}")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--torch", action="store_true", help="actions as CPU torch tensors")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
@@ -186,7 +200,12 @@ def main() -> None:
             rate = child_limit(spec["workload"], spec["n"], spec["seconds"])
         else:
             rate = child_vector(
-                spec["workload"], spec["n"], spec["kwargs"], spec["seconds"], spec.get("split")
+                spec["workload"],
+                spec["n"],
+                spec["kwargs"],
+                spec["seconds"],
+                spec.get("split"),
+                spec.get("torch", False),
             )
         print(f"RATE {rate}")
         return
@@ -197,6 +216,7 @@ def main() -> None:
         labelled.append((label, path))
         splits[label] = [int(k) for k in split.split(",")] if split else None
     base = {"workload": args.workload, "n": args.num_envs, "seconds": args.seconds}
+    vector_base = {**base, "torch": args.torch}
     kwargs = ast.literal_eval(args.kwargs)
     shares: dict[str, list[float]] = {label: [] for label, _ in labelled}
     rates: dict[str, list[float]] = {label: [] for label, _ in labelled}
@@ -204,12 +224,15 @@ def main() -> None:
         limit = run_child({**base, "what": "limit"}, None)
         order = labelled[r % len(labelled) :] + labelled[: r % len(labelled)]
         for label, path in order:
-            spec = {**base, "what": "vector", "kwargs": kwargs, "split": splits[label]}
+            spec = {**vector_base, "what": "vector", "kwargs": kwargs, "split": splits[label]}
             rate = run_child(spec, path)
             rates[label].append(rate)
             shares[label].append(rate / limit)
         print(f"round {r + 1}: limit {limit:,.0f} steps/s", flush=True)
-    print(f"{args.workload} x {args.num_envs}, {kwargs or 'defaults'}, {args.rounds} rounds")
+    actions = ", torch actions" if args.torch else ""
+    print(
+        f"{args.workload} x {args.num_envs}, {kwargs or 'defaults'}{actions}, {args.rounds} rounds"
+    )
     for label, _ in labelled:
         each = ", ".join(f"{s:.0%}" for s in shares[label])
         print(
