@@ -33,13 +33,13 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
-from gymnasium import Env, Space
+from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS
-from subvec._front import DEFAULT_AUTORESET, VectorFront
+from subvec._front import DEFAULT_AUTORESET, ObservationMode, VectorFront
 from subvec._local import LocalShare
 from subvec._plan import (
     Layout,
@@ -146,7 +146,7 @@ class SubprocVectorEnv(VectorFront):
         daemon: bool = True,
         *,
         worker: Callable[..., Any] | None = None,
-        observation_mode: str | tuple[Space[Any], Space[Any]] = "same",
+        observation_mode: ObservationMode = "same",
         # Reads as gymnasium's default; with info_format="legacy" it means SAME_STEP (and None,
         # this option's former default, still means the default).
         autoreset_mode: str | AutoresetMode = DEFAULT_AUTORESET,  # type: ignore[assignment]
@@ -188,6 +188,7 @@ class SubprocVectorEnv(VectorFront):
             max_restarts=max_restarts,
             batch_size=batch_size,
             start_timeout=start_timeout,
+            observation_mode=observation_mode,
         )
         #: threads per pool in each worker (None: the libraries' own default)
         self.worker_threads = check_threads(worker_threads)
@@ -198,7 +199,6 @@ class SubprocVectorEnv(VectorFront):
             )
         self.shared_memory = bool(shared_memory)
         self.daemon = bool(daemon)
-        self.observation_mode = observation_mode
         #: where the envs run and how each process waits (see ``subvec._plan``)
         self.layout: Layout = plan_layout(
             self.num_envs,
@@ -258,7 +258,7 @@ class SubprocVectorEnv(VectorFront):
             if self._local is not None:
                 obs_spaces += [env.observation_space for env in self._local.envs]
                 act_spaces += [env.action_space for env in self._local.envs]
-            self._setup_spaces(obs_spaces, act_spaces, observation_mode)
+            self._setup_spaces(obs_spaces, act_spaces)
             self._setup_block()
         except BaseException:
             # Nothing may outlive a failed construction: the caller holds only the exception.
