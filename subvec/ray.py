@@ -246,6 +246,7 @@ class RayVectorEnv(VectorFront):
                 resources.owns_ray = True
             resources.node_id = ray.get_runtime_context().get_node_id()
             self.num_actors = self._count_actors(num_actors, envs_per_actor)
+            shares = self._concurrency_shares()
             bounds = split(self.num_envs, self.num_actors)
             #: worker processes of each actor's SubprocVectorEnv
             self.local_workers = local_workers or max(1, int(num_cpus))
@@ -266,7 +267,7 @@ class RayVectorEnv(VectorFront):
                     "start_timeout": self.start_timeout,
                 },
                 local_workers=self.local_workers,
-                shares=self._concurrency_shares(),
+                shares=shares,
                 registry=registry_snapshot(),
                 caps=self._caps,
             )
