@@ -170,7 +170,7 @@ class EnvActor:
             # The actor this one replaces was killed with its resource tracker (Ray kills an
             # actor's child processes), so nothing unlinked its block; its bundle is this one,
             # on this node.
-            _reap(replaces)
+            _reap([replaces])
         self.lo = lo
         self.hi = lo + len(blobs)
         self.env: Any = None
@@ -467,9 +467,8 @@ def release(resources: RayResources, grace: float = RELEASE_GRACE) -> None:
     # is killed with it): on the driver's node they are removed here. Ray shut down first (at
     # interpreter exit, its own hook may run before this one) took the actors with it, and
     # their blocks are left all the same.
-    for unit in units:
-        if unit.index not in resources.closed and unit.node_id == resources.node_id:
-            _reap(unit.actor_pid, wait=3.0)
+    closed, here = resources.closed, resources.node_id
+    _reap([u.actor_pid for u in units if u.node_id == here and u.index not in closed], wait=3.0)
     if resources.owns_ray and ray.is_initialized():
         resources.owns_ray = False
         ray.shutdown()
@@ -788,17 +787,18 @@ class RayActors:
         return error
 
 
-def _reap(pid: int | None, wait: float = 0.0) -> None:
-    """Remove the shared blocks that the dead process ``pid`` of this node created (waiting up
-    to ``wait`` seconds for it to be gone)."""
-    if pid is None:
+def _reap(pids: Sequence[int | None], wait: float = 0.0) -> None:
+    """Remove the shared blocks that the dead processes ``pids`` of this node created (waiting
+    up to ``wait`` seconds in all for them to be gone; a live one's are left)."""
+    known = [pid for pid in pids if pid is not None]
+    if not known:
         return
     from subvec._shm import _pid_alive, remove_stale_segments
 
     deadline = time.monotonic() + wait
-    while _pid_alive(pid) and time.monotonic() < deadline:
+    while any(_pid_alive(pid) for pid in known) and time.monotonic() < deadline:
         time.sleep(0.02)
-    remove_stale_segments(pids=[pid])
+    remove_stale_segments(pids=known)
 
 
 def alive_nodes() -> list[dict[str, Any]]:
