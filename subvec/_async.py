@@ -28,7 +28,7 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
-from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
+from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
 from subvec._backend import Backend, Failure, Outcome, Unit
@@ -87,15 +87,6 @@ def _take_rows(batch: Any, ids: np.ndarray) -> Any:
     if isinstance(batch, tuple):
         return tuple(_take_rows(v, ids) for v in batch)
     return batch[ids]  # a fancy index: a copy
-
-
-class _Rows:
-    """Stands for a vector env of ``num_envs`` rows in gymnasium's ``_add_info``."""
-
-    _add_info = VectorEnv._add_info
-
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
 
 
 def _copy_row(batch: Any, i: int) -> Any:
@@ -601,8 +592,7 @@ class AsyncStepping:
         env_ids = np.array(ids, dtype=np.int64)
         merger = self._mergers.get(k)
         if merger is None:
-            add_info = _Rows(k)._add_info  # type: ignore[misc]
-            merger = self._mergers[k] = make_merger(self.info_format, k, add_info)
+            merger = self._mergers[k] = make_merger(self.info_format, k)
         if k and all(isinstance(ready[env], _InBlock) for env in ids):
             resets = [row for row, env in enumerate(ids) if ready[env] is _RESET_IN_BLOCK]
             for env in ids:

@@ -65,7 +65,13 @@ from subvec._spaces import (
 from subvec._state import _ASYNC_NAME, _WAITING, _State
 from subvec.errors import BrokenVectorEnvError, add_note
 
-__all__ = ["EnvIds", "ResetOptions", "VectorFront"]
+__all__ = [
+    "EnvIds",
+    "ObservationMode",
+    "ResetOptions",
+    "VectorFront",
+    "check_observation_mode",
+]
 
 #: ``reset(options=...)``: one dict for every env, one dict (or None) per env, or None
 ResetOptions = dict[str, Any] | Sequence[dict[str, Any] | None] | None
@@ -76,6 +82,34 @@ EnvOptions = dict[str, Any] | list[dict[str, Any] | None] | None
 DEFAULT_CLOSE_TIMEOUT = 10.0
 #: The same bound once a worker has died (the others may be stuck mid-step).
 BROKEN_CLOSE_TIMEOUT = 2.0
+
+
+#: ``observation_mode``: ``"same"``, ``"different"`` or ``(observation_space, single_space)``
+ObservationMode = str | tuple[Space[Any], Space[Any]]
+
+
+def check_observation_mode(mode: object) -> ObservationMode:
+    """``mode`` if it is a valid ``observation_mode`` (gymnasium's three forms).
+
+    Raises:
+        ValueError: neither ``"same"``, ``"different"`` nor a pair (gymnasium's wording, so
+            that code matching on it keeps working, then the expected form).
+        TypeError: a pair whose elements are not both spaces.
+    """
+    if isinstance(mode, tuple) and len(mode) == 2:
+        if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
+            raise TypeError(
+                "Expected both elements of observation_mode to be Spaces, "
+                f"got {type(mode[0])} and {type(mode[1])}"
+            )
+        return (mode[0], mode[1])
+    if isinstance(mode, str) and mode in ("same", "different"):
+        return mode
+    raise ValueError(
+        "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single "
+        f"and batch observation space, actual got {mode} (observation_mode must be "
+        "'same', 'different' or a tuple (observation_space, single_observation_space))"
+    )
 
 
 def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
@@ -137,12 +171,14 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
         max_restarts: int,
         batch_size: int | None = None,
         start_timeout: float | None = None,
+        observation_mode: ObservationMode = "same",
     ) -> None:
         """Keep the env factories and check and keep the options every backend shares
         (before any backend starts).
 
         Raises:
             ValueError: no env factory, or a bad option value.
+            TypeError: a custom ``observation_mode`` that is not two spaces.
         """
         self.env_fns = list(env_fns)
         if not self.env_fns:
@@ -179,41 +215,29 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
             )
         self.copy = bool(copy)
         self.default_timeout = timeout
+        #: ``"same"``, ``"different"`` or ``(observation_space, single_observation_space)``
+        self.observation_mode = check_observation_mode(observation_mode)
         self._backends: list[Backend] = []
         self._units: list[Unit] = []
 
     # --- what the subclass sets up ----------------------------------------------------------
 
     def _setup_spaces(
-        self,
-        obs_spaces: Sequence[Space[Any]],
-        act_spaces: Sequence[Space[Any]],
-        observation_mode: str | tuple[Space[Any], Space[Any]],
+        self, obs_spaces: Sequence[Space[Any]], act_spaces: Sequence[Space[Any]]
     ) -> None:
-        """The single and batched spaces, checked env by env against env 0's."""
+        """The single and batched spaces (as ``observation_mode`` says), checked env by env
+        against env 0's; ``obs_spaces`` and ``act_spaces`` hold every env's, in env order."""
         self.single_action_space = act_spaces[0]
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        mode = observation_mode
-        if isinstance(mode, tuple) and len(mode) == 2:
-            if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
-                raise TypeError(
-                    "Expected both elements of observation_mode to be Spaces, "
-                    f"got {type(mode[0])} and {type(mode[1])}"
-                )
+        mode = self.observation_mode
+        if isinstance(mode, tuple):
             self.observation_space, self.single_observation_space = mode
         elif mode == "same":
             self.single_observation_space = obs_spaces[0]
             self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        elif mode == "different":
+        else:
             self.single_observation_space = obs_spaces[0]
             self.observation_space = batch_differing_spaces(obs_spaces)
-        else:
-            # gymnasium's wording (code matching on it keeps working), then the expected form
-            raise ValueError(
-                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single "
-                f"and batch observation space, actual got {mode} (observation_mode must be "
-                "'same', 'different' or a tuple (observation_space, single_observation_space))"
-            )
         name = type(self).__name__
         for i, (obs_space, act_space) in enumerate(zip(obs_spaces, act_spaces)):
             if mode == "same":
@@ -246,7 +270,7 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
         self._info_units = frozenset(
             u.index for b in self._backends if not b.inline for u in b.units
         )
-        self._merger: InfoMerger = make_merger(self.info_format, self.num_envs, self._add_info)
+        self._merger: InfoMerger = make_merger(self.info_format, self.num_envs)
         n = self.num_envs
         self._rewards = batch.rewards
         self._terminations = batch.terminations

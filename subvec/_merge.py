@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium.vector.vector_env import VectorEnv
 
 from subvec._infos import InfoColumns, as_events, merge_columns, merge_scalar_events
 
@@ -23,6 +24,18 @@ __all__ = ["GymnasiumInfos", "InfoMerger", "LegacyInfos", "ListInfos", "Part", "
 Part = tuple[int, Any]
 #: gymnasium's ``VectorEnv._add_info``, bound to a vector env
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
+
+
+class _Rows:
+    """Stands for a vector env of ``num_envs`` rows in gymnasium's ``_add_info``. A merger
+    binds that to this, never to the vector env that keeps the merger: the env would then be
+    in a reference cycle and wait for the cycle collector to be freed, its workers or actors
+    with it."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
 
 
 class InfoMerger(ABC):
@@ -105,13 +118,13 @@ class LegacyInfos(InfoMerger):
         return infos
 
 
-def make_merger(info_format: str, num_envs: int, add_info: AddInfo) -> InfoMerger:
-    """The merger for ``info_format`` ("gymnasium", "list" or "legacy")."""
+def make_merger(info_format: str, num_envs: int) -> InfoMerger:
+    """The merger for ``info_format`` ("gymnasium", "list" or "legacy") over ``num_envs``."""
     if info_format == "list":
         return ListInfos(num_envs)
     if info_format == "legacy":
         return LegacyInfos(num_envs)
-    return GymnasiumInfos(num_envs, add_info)
+    return GymnasiumInfos(num_envs, _Rows(num_envs)._add_info)  # type: ignore[misc]
 
 
 def _legacy_events(

@@ -35,6 +35,7 @@ import ray
 from gymnasium import Space
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.util.placement_group import remove_placement_group
 
 from subvec import _spaces
 from subvec._backend import PLAIN, Collected, Failure, Unit
@@ -57,16 +58,21 @@ from subvec.errors import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from subvec.vector import SubprocVectorEnv
 
 __all__ = [
+    "RELEASE_GRACE",
     "THREAD_CAPS",
     "ActorUnit",
+    "ActorVectorEnv",
     "BatchActions",
     "EnvActor",
     "InnerFailure",
     "RayActors",
+    "RayResources",
     "action_store",
     "alive_nodes",
+    "release",
 ]
 
 #: Set in every actor before its workers start (so they inherit them) unless the caller's
@@ -75,6 +81,11 @@ __all__ = [
 #: can start in one of Ray's pooled worker processes; Ray's own default for OMP_NUM_THREADS is
 #: the actor's num_cpus.)
 THREAD_CAPS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+#: How long a RayVectorEnv dropped without close() (collected, or left open at interpreter exit)
+#: gives its actors to close their envs before they are killed.
+RELEASE_GRACE = 1.0
 
 
 class BatchActions(NamedTuple):
@@ -124,6 +135,22 @@ def _events(infos: Sequence[dict[str, Any]], same_step: bool) -> list[InfoEvent]
     return events
 
 
+class ActorVectorEnv(SubprocVectorEnv):
+    """An actor's local vector env. Its envs' spaces are the driver's to check, over every env
+    of the RayVectorEnv and with its env indices (as ``observation_mode`` says), so here they
+    are only kept, one per env, and the actor's batch is laid out as its first env's space
+    (the driver refuses envs whose spaces do not share that layout)."""
+
+    def _setup_spaces(
+        self, obs_spaces: Sequence[Space[Any]], act_spaces: Sequence[Space[Any]]
+    ) -> None:
+        #: every env's own observation and action space, in env order
+        self.env_observation_spaces = tuple(obs_spaces)
+        self.env_action_spaces = tuple(act_spaces)
+        n = len(obs_spaces)
+        super()._setup_spaces([obs_spaces[0]] * n, [act_spaces[0]] * n)
+
+
 class EnvActor:
     """The envs ``lo..lo+len(blobs)-1`` in a local SubprocVectorEnv, inside a Ray actor.
 
@@ -143,7 +170,7 @@ class EnvActor:
             # The actor this one replaces was killed with its resource tracker (Ray kills an
             # actor's child processes), so nothing unlinked its block; its bundle is this one,
             # on this node.
-            _reap(replaces)
+            _reap([replaces])
         self.lo = lo
         self.hi = lo + len(blobs)
         self.env: Any = None
@@ -154,13 +181,12 @@ class EnvActor:
         self._obs_by_value = False
         try:
             from subvec._bootstrap import adopt_registry
-            from subvec.vector import SubprocVectorEnv
 
             if registry is not None:
                 adopt_registry(registry)
             fns = [cloudpickle.loads(blob) for blob in blobs]
             # copy=False: the reply is serialised by Ray before the next command runs.
-            self.env = SubprocVectorEnv(fns, copy=False, info_format="list", **options)
+            self.env = ActorVectorEnv(fns, copy=False, info_format="list", **options)
             self._same_step = self.env.autoreset_mode.name == "SAME_STEP"
             self._obs_by_value = not _spaces.is_shareable(self.env.single_observation_space)
         except Exception as exc:
@@ -184,8 +210,8 @@ class EnvActor:
             "pid": os.getpid(),
             "node_id": context.get_node_id(),
             "worker_pids": tuple(env.worker_pids),
-            "observation_space": env.single_observation_space,
-            "action_space": env.single_action_space,
+            "observation_spaces": env.env_observation_spaces,
+            "action_spaces": env.env_action_spaces,
             "metadata": {k: v for k, v in env.metadata.items() if k != "autoreset_mode"},
             "render_mode": env.render_mode,
         }
@@ -397,22 +423,103 @@ def _first_line(exc: BaseException) -> str:
 _NOT_SENT = None
 
 
+@dataclass(eq=False)
+class RayResources:
+    """What a RayVectorEnv must release, held apart from it (and from its backend, whose
+    ``spawn`` is the env's) so that the env's ``weakref.finalize`` reaches it without keeping
+    the env alive."""
+
+    #: the actors, in actor order (the backend's own list: replacements included)
+    units: list[ActorUnit] = field(default_factory=list)
+    #: the units whose actor closed its envs (their blocks went with them)
+    closed: set[int] = field(default_factory=set)
+    #: the placement group made for the env (a caller's is not here: it is left alone)
+    group: Any = None
+    #: whether Ray was started (or connected to) for the env: shut down when released
+    owns_ray: bool = False
+    #: the driver's node: the blocks of an actor there that did not close are removed here
+    node_id: str = ""
+    released: bool = False
+
+
+def release(resources: RayResources, grace: float = RELEASE_GRACE) -> None:
+    """Kill every actor (after asking each to close its envs within ``grace`` seconds), remove
+    the blocks of those on the driver's node that did not close, the placement group made for
+    the env, and shut down a Ray started for it. Idempotent and bounded. It must not reference
+    the vector env: it is that env's finalizer (garbage collection, interpreter exit)."""
+    if resources.released:
+        return
+    resources.released = True
+    units = list(resources.units)
+    if ray.is_initialized():
+        if grace > 0:
+            closed, _ = _ask_close(units, grace)
+            resources.closed |= closed
+        for unit in units:
+            _kill(unit.actor)
+        group, resources.group = resources.group, None
+        if group is not None:
+            try:
+                remove_placement_group(group)
+            except Exception:  # Ray lost it already: nothing to remove
+                pass
+    # An actor killed before it closed its envs leaves its blocks behind (its resource tracker
+    # is killed with it): on the driver's node they are removed here. Ray shut down first (at
+    # interpreter exit, its own hook may run before this one) took the actors with it, and
+    # their blocks are left all the same.
+    closed, here = resources.closed, resources.node_id
+    _reap([u.actor_pid for u in units if u.node_id == here and u.index not in closed], wait=3.0)
+    if resources.owns_ray and ray.is_initialized():
+        resources.owns_ray = False
+        ray.shutdown()
+
+
+def _ask_close(units: Sequence[ActorUnit], timeout: float) -> tuple[set[int], Any]:
+    """Ask ``units``' actors to close their envs and wait ``timeout`` seconds at most.
+
+    Returns:
+        The indices of the units that closed, and the first error an env's close() raised
+        (None: none).
+    """
+    closed: set[int] = set()
+    error: BaseException | None = None
+    if not units:
+        return closed, error
+    refs = {u.actor.close.remote(): u for u in units}
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+    for ref in ready:
+        try:
+            got = ray.get(ref, timeout=1.0)
+        except (RayError, GetTimeoutError):
+            continue
+        closed.add(refs[ref].index)
+        if error is None and got is not None:
+            error = got
+    return closed, error
+
+
 @dataclass
 class RayActors:
     """The backend of a RayVectorEnv: its actors as units (see the module docstring).
 
     ``spawn(index, bundle, lo, hi, replaces)`` creates an actor (in its placement-group
     bundle; ``replaces``: the pid of the dead actor it replaces); the public class supplies
-    it, with the options, the factories and the placement group."""
+    it, with the options, the factories and the placement group. The actors are kept in
+    ``resources``, which ``release`` frees."""
 
     spawn: Callable[[int, int, int, int, int | None], Any]
     bounds: list[tuple[int, int]]
+    resources: RayResources
     inline: bool = False
-    units_: list[ActorUnit] = field(default_factory=list)
     #: the restarts of the actors' own workers (on_worker_failure="restart" inside them)
     nested_restarts: list[tuple[int, tuple[int, ...], str, float]] = field(default_factory=list)
     _inflight: dict[int, tuple[Any, Command] | None] = field(default_factory=dict)
     _dead: set[int] = field(default_factory=set)
+
+    @property
+    def units_(self) -> list[ActorUnit]:
+        """The actors, in actor order."""
+        return self.resources.units
 
     # --- construction -----------------------------------------------------------------------
 
@@ -423,10 +530,8 @@ class RayActors:
             EnvError: a factory raised (its type kept, naming the env).
             WorkerDiedError, WorkerTimeoutError: an actor died or did not start in time.
         """
-        self.units_ = [
-            ActorUnit(i, lo, hi, self.spawn(i, i, lo, hi, None), bundle=i)
-            for i, (lo, hi) in enumerate(self.bounds)
-        ]
+        for i, (lo, hi) in enumerate(self.bounds):  # each kept as soon as it exists
+            self.units_.append(ActorUnit(i, lo, hi, self.spawn(i, i, lo, hi, None), bundle=i))
         self._handshake(self.units_, timeout)
 
     def _handshake(self, units: Sequence[ActorUnit], timeout: float | None) -> None:
@@ -668,50 +773,32 @@ class RayActors:
         return [u for u in self.units_ if u.index in self._dead]
 
     def close(self, timeout: float, terminate: bool) -> BaseException | None:
-        """Ask every live actor to close its envs (within ``timeout``), then kill every actor.
-        Returns the first error an env's close() raised."""
+        """Ask every live actor to close its envs (within ``timeout``), then release them all
+        (``release``). Returns the first error an env's close() raised."""
         self._inflight.clear()
         error: BaseException | None = None
-        if not ray.is_initialized():  # Ray was shut down under us: its actors went with it
-            return None
-        live = [u for u in self.units_ if u.index not in self._dead]
-        closed: set[int] = set()
         try:
-            if live and not terminate:
-                refs = {u.actor.close.remote(): u for u in live}
-                ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-                for ref in ready:
-                    try:
-                        got = ray.get(ref, timeout=1.0)
-                    except (RayError, GetTimeoutError):
-                        continue
-                    closed.add(refs[ref].index)
-                    if error is None and got is not None:
-                        error = got
+            live = [u for u in self.units_ if u.index not in self._dead]
+            if live and not terminate and ray.is_initialized():
+                closed, error = _ask_close(live, timeout)
+                self.resources.closed |= closed
         finally:
-            for unit in self.units_:
-                _kill(unit.actor)
-            # An actor killed before it closed its envs leaves its block behind (its resource
-            # tracker is killed with it); on the driver's node it is removed here.
-            if ray.is_initialized():
-                here = ray.get_runtime_context().get_node_id()
-                for unit in self.units_:
-                    if unit.index not in closed and unit.node_id == here:
-                        _reap(unit.actor_pid, wait=3.0)
+            release(self.resources, grace=0.0)
         return error
 
 
-def _reap(pid: int | None, wait: float = 0.0) -> None:
-    """Remove the shared blocks that the dead process ``pid`` of this node created (waiting up
-    to ``wait`` seconds for it to be gone)."""
-    if pid is None:
+def _reap(pids: Sequence[int | None], wait: float = 0.0) -> None:
+    """Remove the shared blocks that the dead processes ``pids`` of this node created (waiting
+    up to ``wait`` seconds in all for them to be gone; a live one's are left)."""
+    known = [pid for pid in pids if pid is not None]
+    if not known:
         return
     from subvec._shm import _pid_alive, remove_stale_segments
 
     deadline = time.monotonic() + wait
-    while _pid_alive(pid) and time.monotonic() < deadline:
+    while any(_pid_alive(pid) for pid in known) and time.monotonic() < deadline:
         time.sleep(0.02)
-    remove_stale_segments(pids=[pid])
+    remove_stale_segments(pids=known)
 
 
 def alive_nodes() -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,6 @@ from gymnasium.vector.vector_env import AutoresetMode
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
-    remove_placement_group,
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -39,10 +39,20 @@ from subvec import _spaces
 from subvec._block import BatchViews
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS, RestartRecord
-from subvec._front import VectorFront
+from subvec._front import ObservationMode, VectorFront
 from subvec._gpus import WorkerEnvSpec, check_worker_env
 from subvec._pickling import pickle_factories
-from subvec._ray import THREAD_CAPS, EnvActor, RayActors, action_store, alive_nodes
+from subvec._plan import check_max_concurrency, split
+from subvec._ray import (
+    RELEASE_GRACE,
+    THREAD_CAPS,
+    EnvActor,
+    RayActors,
+    RayResources,
+    action_store,
+    alive_nodes,
+    release,
+)
 from subvec._starts import check_build_retries
 from subvec.errors import PlacementError
 from subvec.proxy import RemoteProxy
@@ -70,17 +80,6 @@ class ActorPlacement:
     worker_pids: tuple[int | None, ...]
 
 
-def _split(num_envs: int, num_actors: int) -> list[tuple[int, int]]:
-    """Consecutive env ranges, the first ones one env longer when they do not divide."""
-    base, extra = divmod(num_envs, num_actors)
-    bounds, lo = [], 0
-    for a in range(num_actors):
-        hi = lo + base + (1 if a < extra else 0)
-        bounds.append((lo, hi))
-        lo = hi
-    return bounds
-
-
 def _cpu_nodes() -> list[dict[str, Any]]:
     return [n for n in alive_nodes() if n.get("Resources", {}).get("CPU", 0) > 0]
 
@@ -93,6 +92,34 @@ def _cluster_summary(nodes: list[dict[str, Any]]) -> str:
         for n in nodes
     ]
     return f"{len(nodes)} alive node(s) with CPUs: " + ("; ".join(parts) or "none")
+
+
+@dataclass(frozen=True)
+class _Spawner:
+    """``RayActors``' ``spawn``: creates actor ``index`` (envs ``lo..hi-1``) in its bundle.
+    It holds what an actor is made from and not the vector env, which keeps the backend: the
+    env stays out of any reference cycle, and is freed (its actors with it) once dropped."""
+
+    actor_class: Any
+    options: dict[str, Any]
+    group: PlacementGroup
+    blobs: list[bytes]
+    #: the options of each actor's vector env, besides its workers and share of concurrency
+    inner: dict[str, Any]
+    local_workers: int
+    shares: list[int | None]
+    registry: bytes | None
+    caps: dict[str, str]
+
+    def __call__(self, index: int, bundle: int, lo: int, hi: int, replaces: int | None) -> Any:
+        strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=bundle)
+        inner = {
+            **self.inner,
+            "num_workers": min(self.local_workers, hi - lo),
+            "max_concurrency": self.shares[index],
+        }
+        actor = self.actor_class.options(scheduling_strategy=strategy, **self.options)
+        return actor.remote(self.blobs[lo:hi], lo, inner, self.registry, self.caps, replaces)
 
 
 class RayVectorEnv(VectorFront):
@@ -122,8 +149,16 @@ class RayVectorEnv(VectorFront):
         address: the Ray cluster to connect to when Ray is not initialised yet (``"auto"``:
             the one ``ray start`` started on this machine; None: start a local one). Ray
             started here is shut down at close; Ray already initialised is used and left up.
+        observation_mode: ``"same"``, ``"different"`` or ``(observation_space,
+            single_space)``, as SubprocVectorEnv's (and gymnasium's AsyncVectorEnv's); every
+            env's space is checked here, over the whole vector env.
         autoreset_mode: as SubprocVectorEnv's (None: NEXT_STEP, or SAME_STEP with
             ``info_format="legacy"``).
+        max_concurrency: the most envs in ``step`` or ``reset`` at once, as SubprocVectorEnv's
+            (None: no limit): split over the actors (each gets its share for its own vector
+            env, the first ones one more when it does not divide), so it must be at least the
+            number of actors. Without ``num_actors`` or ``envs_per_actor``, there are at most
+            that many actors.
         info_format: ``"gymnasium"``, ``"list"`` or ``"legacy"``, as SubprocVectorEnv's.
         copy: return fresh observation arrays; ``False`` returns the driver's batch, valid
             until the next call.
@@ -163,7 +198,9 @@ class RayVectorEnv(VectorFront):
         actor_options: Mapping[str, Any] | None = None,
         placement: str | PlacementGroup = "spread",
         address: str | None = None,
+        observation_mode: ObservationMode = "same",
         autoreset_mode: str | AutoresetMode | None = None,
+        max_concurrency: int | None = None,
         info_format: str = "gymnasium",
         copy: bool = True,
         batch_size: int | None = None,
@@ -185,19 +222,18 @@ class RayVectorEnv(VectorFront):
             max_restarts=max_restarts,
             batch_size=batch_size,
             start_timeout=start_timeout,
+            observation_mode=observation_mode,
         )
+        #: the most envs in ``step`` or ``reset`` at once (None: no limit)
+        self.max_concurrency = check_max_concurrency(max_concurrency)
         if not isinstance(placement, PlacementGroup) and placement not in STRATEGIES:
             raise ValueError(
                 f"placement must be one of {list(STRATEGIES)} or a ray PlacementGroup, "
                 f"got {placement!r}"
             )
-        self._blobs = pickle_factories(self.env_fns, self.num_envs, "a Ray actor")
+        blobs = pickle_factories(self.env_fns, self.num_envs, "a Ray actor")
         check_worker_env(worker_env)
-        #: what each actor's SubprocVectorEnv gives its workers (see SubprocVectorEnv)
-        self._start_options = {
-            "worker_env": worker_env,
-            "build_retries": check_build_retries(build_retries),
-        }
+        build_retries = check_build_retries(build_retries)
         options = dict(actor_options or {})
         num_cpus = options.pop("num_cpus", None)
         if num_cpus is None:
@@ -213,10 +249,11 @@ class RayVectorEnv(VectorFront):
                 "local_workers must be an int >= 1 (worker processes per actor: each actor's "
                 f"SubprocVectorEnv steps its envs in at least one), got {local_workers!r}"
             )
-        self._owns_ray = False
-        self._group: PlacementGroup | None = None
-        self._owns_group = False
         self._backend: RayActors | None = None
+        # What must be released, apart from the env: dropped without close() (collected, or
+        # still open at interpreter exit), the env releases it all the same, within a bound.
+        resources = self._resources = RayResources()
+        self._finalizer = weakref.finalize(self, release, resources, RELEASE_GRACE)
         deadline = None if start_timeout is None else time.monotonic() + start_timeout
         try:
             if not ray.is_initialized():
@@ -225,20 +262,38 @@ class RayVectorEnv(VectorFront):
                 if address is None:
                     init["include_dashboard"] = False
                 ray.init(**init)
-                self._owns_ray = True
+                resources.owns_ray = True
+            resources.node_id = ray.get_runtime_context().get_node_id()
             self.num_actors = self._count_actors(num_actors, envs_per_actor)
-            bounds = _split(self.num_envs, self.num_actors)
+            shares = self._concurrency_shares()
+            bounds = split(self.num_envs, self.num_actors)
             #: worker processes of each actor's SubprocVectorEnv
             self.local_workers = local_workers or max(1, int(num_cpus))
             bundle = {"CPU": float(num_cpus)}
             if options.get("num_gpus"):
                 bundle["GPU"] = float(options["num_gpus"])
             bundle.update(options.get("resources") or {})
-            self._group = self._place(placement, bundle, deadline)
-            self._actor_class = ray.remote(EnvActor)
-            self._actor_options = self._options(options, float(num_cpus))
-            self._registry = registry_snapshot()
-            backend = RayActors(self._spawn, bounds)
+            group = self._place(placement, bundle, deadline)
+            spawner = _Spawner(
+                actor_class=ray.remote(EnvActor),
+                options=self._options(options, float(num_cpus)),
+                group=group,
+                blobs=blobs,
+                inner={
+                    "autoreset_mode": self.autoreset_mode,
+                    "on_worker_failure": self.on_worker_failure,
+                    "max_restarts": self.max_restarts,
+                    "start_timeout": self.start_timeout,
+                    # what each actor's SubprocVectorEnv gives its workers
+                    "worker_env": worker_env,
+                    "build_retries": build_retries,
+                },
+                local_workers=self.local_workers,
+                shares=shares,
+                registry=registry_snapshot(),
+                caps=self._caps,
+            )
+            backend = RayActors(spawner, bounds, resources)
             self._backend = backend
             backend.start(self._remaining(deadline))
             self._setup(backend)
@@ -262,7 +317,21 @@ class RayVectorEnv(VectorFront):
                     f"num_actors must be an int in [1, num_envs] = [1, {n}], got {num_actors!r}"
                 )
             return num_actors
-        return max(1, min(n, len(_cpu_nodes())))
+        limit = n if self.max_concurrency is None else min(n, self.max_concurrency)
+        return max(1, min(limit, len(_cpu_nodes())))
+
+    def _concurrency_shares(self) -> list[int | None]:
+        """Each actor's ``max_concurrency``: the env's split over them (None: no limit)."""
+        k = self.max_concurrency
+        if k is None:
+            return [None] * self.num_actors
+        if k < self.num_actors:
+            raise ValueError(
+                f"max_concurrency={k} is fewer than the {self.num_actors} actors: each actor "
+                "steps at least one env at a time. Ask for at most max_concurrency actors "
+                f"(num_actors={k}) or a larger max_concurrency"
+            )
+        return [hi - lo for lo, hi in split(k, self.num_actors)]
 
     @staticmethod
     def _remaining(deadline: float | None) -> float | None:
@@ -286,8 +355,7 @@ class RayVectorEnv(VectorFront):
         group: PlacementGroup = placement_group(
             [dict(bundle) for _ in range(self.num_actors)], strategy=strategy
         )
-        self._owns_group = True
-        self._group = group
+        self._resources.group = group  # removed when released
         timeout = self._remaining(deadline)
         ready, _ = ray.wait([group.ready()], timeout=timeout)
         if not ready:
@@ -337,37 +405,15 @@ class RayVectorEnv(VectorFront):
             "max_task_retries": 0,
         }
 
-    def _spawn(self, index: int, bundle: int, lo: int, hi: int, replaces: int | None) -> Any:
-        assert self._group is not None
-        strategy = PlacementGroupSchedulingStrategy(
-            self._group, placement_group_bundle_index=bundle
-        )
-        inner = {
-            "autoreset_mode": self.autoreset_mode,
-            "num_workers": min(self.local_workers, hi - lo),
-            "on_worker_failure": self.on_worker_failure,
-            "max_restarts": self.max_restarts,
-            "start_timeout": self.start_timeout,
-            **self._start_options,
-        }
-        actor = self._actor_class.options(scheduling_strategy=strategy, **self._actor_options)
-        return actor.remote(self._blobs[lo:hi], lo, inner, self._registry, self._caps, replaces)
-
     def _setup(self, backend: RayActors) -> None:
         hellos = [u.hello for u in backend.units_]
         first = hellos[0]
         self.metadata = dict(first["metadata"])
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first["render_mode"]
-        obs_spaces = [
-            h["observation_space"]
-            for h, u in zip(hellos, backend.units_)
-            for _ in range(u.hi - u.lo)
-        ]
-        act_spaces = [
-            h["action_space"] for h, u in zip(hellos, backend.units_) for _ in range(u.hi - u.lo)
-        ]
-        self._setup_spaces(obs_spaces, act_spaces, "same")
+        obs_spaces = [space for h in hellos for space in h["observation_spaces"]]
+        act_spaces = [space for h in hellos for space in h["action_spaces"]]
+        self._setup_spaces(obs_spaces, act_spaces)
         n = self.num_envs
         store, regions = None, None
         if _spaces.is_shareable(self.single_action_space):
@@ -400,15 +446,7 @@ class RayVectorEnv(VectorFront):
         self._released()
 
     def _released(self) -> None:
-        group, self._group = self._group, None
-        if group is not None and self._owns_group and ray.is_initialized():
-            try:
-                remove_placement_group(group)
-            except Exception:  # Ray already gone: nothing to remove
-                pass
-        if self._owns_ray and ray.is_initialized():
-            self._owns_ray = False
-            ray.shutdown()
+        self._finalizer()
 
     @property
     def actors(self) -> tuple[Any, ...]:

@@ -28,13 +28,13 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 import numpy as np
-from gymnasium import Env, Space
+from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS
-from subvec._front import VectorFront
+from subvec._front import ObservationMode, VectorFront
 from subvec._gpus import GpuSpec, WorkerEnvSpec, check_worker_env, resolve_gpus
 from subvec._local import LocalShare
 from subvec._pickling import pickle_factories
@@ -163,7 +163,7 @@ class SubprocVectorEnv(VectorFront):
         daemon: bool = True,
         *,
         worker: Callable[..., Any] | None = None,
-        observation_mode: str | tuple[Space[Any], Space[Any]] = "same",
+        observation_mode: ObservationMode = "same",
         autoreset_mode: str | AutoresetMode | None = None,
         max_concurrency: int | None = None,
         num_workers: int | None = None,
@@ -207,6 +207,7 @@ class SubprocVectorEnv(VectorFront):
             max_restarts=max_restarts,
             batch_size=batch_size,
             start_timeout=start_timeout,
+            observation_mode=observation_mode,
         )
         #: threads per pool in each worker (None: the libraries' own default)
         self.worker_threads = check_threads(worker_threads)
@@ -217,7 +218,6 @@ class SubprocVectorEnv(VectorFront):
             )
         self.shared_memory = bool(shared_memory)
         self.daemon = bool(daemon)
-        self.observation_mode = observation_mode
         #: where the envs run and how each process waits (see ``subvec._plan``)
         self.layout: Layout = plan_layout(
             self.num_envs,
@@ -283,7 +283,7 @@ class SubprocVectorEnv(VectorFront):
             if self._local is not None:
                 obs_spaces += [env.observation_space for env in self._local.envs]
                 act_spaces += [env.action_space for env in self._local.envs]
-            self._setup_spaces(obs_spaces, act_spaces, observation_mode)
+            self._setup_spaces(obs_spaces, act_spaces)
             self._setup_block()
         except BaseException:
             # Nothing may outlive a failed construction: the caller holds only the exception.

@@ -123,12 +123,12 @@ def test_mergers_match_gymnasium() -> None:
     want: dict[str, Any] = {}
     for i, info in enumerate(infos):
         want = oracle._add_info(want, info, i)
-    merger = make_merger("gymnasium", 3, oracle._add_info)
+    merger = make_merger("gymnasium", 3)
     assert_same(merger.merge(_events(*infos), []), want, "gymnasium")
     assert merger.merge([], []) == {}
-    listed = make_merger("list", 3, oracle._add_info).merge(_events(*infos), [1])
+    listed = make_merger("list", 3).merge(_events(*infos), [1])
     assert listed == [infos[0], {"worker_restarted": True}, infos[2]]
-    legacy = make_merger("legacy", 3, oracle._add_info).merge(_events(*infos), [])
+    legacy = make_merger("legacy", 3).merge(_events(*infos), [])
     assert legacy["a"].tolist() == [1, 0, 3] and legacy["_a"].tolist() == [True, False, True]
     assert legacy["nested"][0] == {"x": np.float32(2)}  # no recursion in 0.29's layout
     oracle.close()

@@ -11,8 +11,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import subprocess
+import sys
 import time
+import weakref
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,10 +37,11 @@ from ray.util.placement_group import (  # noqa: E402
 
 from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
-from tests.envs import OptionsEnv, ZooEnv, crash_fns, make_zoo  # noqa: E402
+from tests.envs import OptionsEnv, StepClockEnv, ZooEnv, crash_fns, make_zoo  # noqa: E402
 from tests.helpers import assert_same  # noqa: E402
 from tests.test_async import _expected, check_trajectories  # noqa: E402
 from tests.test_conformance import _zoo_fns, run_side_by_side  # noqa: E402
+from tests.test_gym_fidelity import _most_at_once  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]
 
@@ -64,6 +69,24 @@ def ray_session() -> Iterator[None]:
 
 def live_actors() -> list[str]:
     return [a["ActorID"] for a in ray._private.state.actors().values() if a["State"] != "DEAD"]
+
+
+def cpus_back(bound: float = 10.0) -> float:
+    """Ray's available CPUs once they are all back, or after ``bound`` seconds."""
+    deadline = time.monotonic() + bound
+    while True:
+        cpus = float(ray.available_resources().get("CPU", 0.0))
+        if cpus == CPUS or time.monotonic() > deadline:
+            return cpus
+        time.sleep(0.05)
+
+
+def gone(pids: list[int], bound: float = 10.0) -> list[int]:
+    """The processes of ``pids`` still alive after ``bound`` seconds (or sooner, when none)."""
+    deadline = time.monotonic() + bound
+    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if psutil.pid_exists(p)]
 
 
 def live_groups() -> list[str]:
@@ -215,6 +238,52 @@ def test_async_env_error_surfaces_from_recv_and_the_others_are_kept() -> None:
         assert sorted(received) == [0, 2, 3]
 
 
+def boxes(*highs: float) -> list[Any]:
+    """One ZooEnv per high, each observing a Box(0, high, (5,)) of its own."""
+    return [
+        functools.partial(ZooEnv, gym.spaces.Box(0, h, (5,), np.float32), max_steps=4)
+        for h in highs
+    ]
+
+
+def test_observation_mode_different_and_custom_match_sync() -> None:
+    fns = boxes(1, 2, 3, 4)  # two actors, each with envs of two spaces
+    custom = (
+        gym.spaces.Box(0, 4, (4, 5), np.float32),
+        gym.spaces.Box(0, 4, (5,), np.float32),
+    )
+    for mode in ("different", custom):
+        oracle = SyncVectorEnv(fns, observation_mode=mode)
+        with RayEnvs(fns, observation_mode=mode) as envs:
+            assert envs.observation_mode == mode
+            assert envs.observation_space == oracle.observation_space
+            assert envs.single_observation_space == oracle.single_observation_space
+            assert_same(envs.reset(seed=1), oracle.reset(seed=1), "reset")
+            for t in range(6):  # past the 4-step episodes: autoresets too
+                actions = np.array([t % 3] * 4)
+                assert_same(envs.step(actions), oracle.step(actions), f"step {t}")
+        oracle.close()
+
+
+def test_observation_spaces_are_checked_over_every_env_naming_its_index() -> None:
+    with pytest.raises(ValueError, match=r"Invalid `observation_mode`, expected: 'same'"):
+        RayEnvs(boxes(1, 1), observation_mode="similar")
+    # env 3 is the second env of actor 1: named by its index over the whole vector env
+    with pytest.raises(RuntimeError, match=r"not equivalent: env 3 has Box\(0.0, 2.0"):
+        RayEnvs(boxes(1, 1, 1, 2))
+
+
+def test_max_concurrency_is_split_over_the_actors() -> None:
+    fns = [StepClockEnv] * 4
+    with RayEnvs(fns, local_workers=2, max_concurrency=2) as envs:
+        assert envs.max_concurrency == 2
+        for infos in (envs.reset(seed=0)[1], envs.step(np.zeros(4, dtype=np.int64))[4]):
+            intervals = list(zip(infos["start"], infos["end"]))
+            assert _most_at_once(intervals) == 2, intervals
+    with pytest.raises(ValueError, match="max_concurrency=1 is fewer than the 2 actors"):
+        RayEnvs(fns, max_concurrency=1)
+
+
 # --- failures ------------------------------------------------------------------------------
 
 
@@ -332,6 +401,39 @@ def test_close_leaves_no_actor_process_or_group_and_keeps_the_callers_ray() -> N
     assert not [p for p in pids if psutil.pid_exists(p)]
     assert ray.is_initialized()  # started by the caller: left up
     envs.close()  # twice is fine
+
+
+def test_a_dropped_env_gives_back_its_actors_group_and_cpus() -> None:
+    envs = RayEnvs([make_zoo("box_f32")] * 4)
+    envs.reset(seed=0)
+    pids = [p for r in envs.placement for p in (r.pid, *r.worker_pids)]
+    assert ray.available_resources().get("CPU") == CPUS - 2  # a bundle of one CPU per actor
+    collected = weakref.ref(envs)
+    del envs  # never closed
+    assert collected() is None  # no reference cycle: freed at once, not by the next gc pass
+    assert cpus_back() == CPUS
+    assert not gone(pids)
+    # no actor or placement group left, no block on /dev/shm: the fixtures check
+
+
+@pytest.mark.timeout(120)
+def test_envs_never_closed_are_released_when_collected_and_at_interpreter_exit() -> None:
+    root = Path(__file__).resolve().parent.parent
+    address = ray.get_runtime_context().gcs_address
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.scripts.ray_dropped", address],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    # it connected to the cluster itself: collected, it disconnected (the cluster stays up)
+    assert lines[0] == {"ray_after_collect": False}
+    assert cpus_back() == CPUS
+    assert not gone(lines[1]["actor_pids"])
 
 
 def test_close_after_an_actor_hung_is_bounded() -> None:
