@@ -606,12 +606,14 @@ class MatmulEnv(gym.Env[np.ndarray, int]):
         # Threads that did any work during a burst of matmuls big enough for BLAS to split
         # (an idle pool thread that a cap left parked does not count).
         before = cpu_times()
+        # Long enough (about 0.4 s on one core) that a parked pool thread's wake-up spin (tens
+        # of ms of sched_yield in OpenBLAS) stays well under a quarter of the main thread's.
         big = np.random.default_rng(1).random((384, 384))
-        for _ in range(60):
+        for _ in range(240):
             big @ big
         if torch is not None:
             tbig = torch.rand(384, 384)
-            for _ in range(30):
+            for _ in range(120):
                 tbig @ tbig
         after = cpu_times()
         # Thread times come in clock ticks (10 ms): a thread that woke once may show a tick.
