@@ -40,6 +40,9 @@ __all__ = [
     "HEADER",
     "AttachSpec",
     "CallPayload",
+    "ChunkBlockSpec",
+    "ChunkPayload",
+    "ChunkReply",
     "Command",
     "ErrorRecord",
     "ResetOptionsPayload",
@@ -77,6 +80,7 @@ class Command(IntEnum):
     STEP_ENVS = 7  # payload: encode_step_envs(StepEnvsPayload); some envs (asynchronous)
     STATS = 8  # payload: empty; the reply is a pickled WorkerCounters
     SET_RESET_OPTIONS = 9  # payload: ResetOptionsPayload; the options of later autoresets
+    STEP_CHUNK = 10  # payload: ChunkPayload; K sub-steps of every env, results in the chunk block
 
 
 class Status(IntEnum):
@@ -189,6 +193,48 @@ class AttachSpec:
     #: how many extra batches of observations the block holds; a cell names the one each
     #: command writes (see ``_block.ObsSlots``)
     obs_slots: int = 0
+
+
+@dataclass(frozen=True)
+class ChunkBlockSpec:
+    """The chunk block (``_chunks``): its segment, and what it holds for ``num_envs`` envs.
+    ``name`` is None where a backend keeps the chunk's arrays itself (Ray)."""
+
+    name: str | None
+    layout: BlockLayout | None
+    num_envs: int
+    #: the most sub-steps per env it holds
+    capacity: int
+    #: the single observation space of its observation rows; None: no observation rows
+    observation_space: Any = None
+
+
+class ChunkPayload(NamedTuple):
+    """STEP_CHUNK: K sub-steps of each of the unit's envs (``EnvSlab.step_chunk``).
+
+    ``actions`` holds the unit's rows of each action leaf, ``(envs, K, *shape)`` in the
+    caller's dtype (``_spaces.ChunkBatch``). The reply is OK (everything in the blocks) or a
+    :class:`ChunkReply`."""
+
+    chunk: int
+    stop_on_done: bool
+    all_obs: bool
+    actions: tuple[Any, ...]
+    block: ChunkBlockSpec | None
+
+
+class ChunkReply(NamedTuple):
+    """A unit's answer to STEP_CHUNK beyond the blocks: its events ``(local env, sub-step,
+    info)``, by-value last observations ``[(local env, obs)]`` (as a step's), by-value
+    observations of every sub-step ``[(local env, [obs, ...])]`` (``all_obs`` without
+    observation rows), and, where the unit keeps no block rows (Ray), its arrays: ``(rewards,
+    terminations, truncations, steps, observations)``, observations batched ``(envs, K,
+    ...)`` with ``all_obs``, else ``(envs, ...)``."""
+
+    infos: list[tuple[int, int, dict[str, Any]]]
+    obs: list[tuple[int, Any]] | None
+    sub_obs: list[tuple[int, list[Any]]] | None = None
+    arrays: tuple[Any, ...] | None = None
 
 
 class ResetPayload(NamedTuple):

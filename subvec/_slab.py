@@ -441,6 +441,7 @@ class EnvSlab:
         stop = stop_on_done or self.autoreset_mode is AutoresetMode.DISABLED
         rewards, terms, truncs = out.rewards, out.terminations, out.truncations
         write_sub = out.write_sub_obs
+        steps = out.steps
         needs_reset = self.needs_reset
         result = ChunkResult()
         events = result.infos
@@ -482,6 +483,8 @@ class EnvSlab:
                             executed.append(snapshot(obs))
                     if info:
                         events.append((i, k, info))
+                    # after every sub-step: a death mid-chunk then says where the env was lost
+                    steps[i] = k + 1
                     if stop and ended:
                         break
             except Exception as exc:
@@ -489,7 +492,6 @@ class EnvSlab:
                 add_note(exc, f"raised at sub-step {k} of an action chunk of {chunk}")
                 raise
             done = k + 1
-            out.steps[i] = done
             if done < chunk:
                 rewards[i, done:] = 0.0
                 terms[i, done:] = False
