@@ -92,8 +92,15 @@ class ChunkViews:
     """The chunk block's regions seen for a chunk of K: ``(n, K, ...)`` arrays, and a unit's
     rows of them. Both sides use it: the parent for the whole batch, a unit for its rows."""
 
-    def __init__(self, views: dict[str, np.ndarray], spec: ChunkBlockSpec) -> None:
+    def __init__(
+        self,
+        views: dict[str, np.ndarray],
+        spec: ChunkBlockSpec,
+        observation_space: Space[Any] | None,
+    ) -> None:
         self.spec = spec
+        #: the observation rows' single space (None: no observation rows)
+        self.observation_space = observation_space if spec.obs_rows else None
         self.raw = views
         self._batches: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, Any]] = {}
         self._rows: dict[tuple[int, int, int, bool], ChunkArrays] = {}
@@ -111,9 +118,12 @@ class ChunkViews:
         if found is not None:
             return found
         n, views = self.spec.num_envs, self.raw
-        shaped = [views[name][: n * chunk].reshape(n, chunk) for name in (REWARDS, TERMINATIONS, TRUNCATIONS)]
+        shaped = [
+            views[name][: n * chunk].reshape(n, chunk)
+            for name in (REWARDS, TERMINATIONS, TRUNCATIONS)
+        ]
         obs = None
-        space = self.spec.observation_space
+        space = self.observation_space
         if space is not None:
             leaves = []
             for k, leaf in enumerate(_spaces.leaf_specs(space)):
@@ -132,7 +142,7 @@ class ChunkViews:
             return found
         rewards, terms, truncs, obs = self.batch(chunk)
         write_sub = None
-        space = self.spec.observation_space
+        space = self.observation_space
         if all_obs and space is not None:
             write_sub = _sub_writer(space, obs, lo, hi, chunk)
         found = self._rows[key] = ChunkArrays(
@@ -176,14 +186,23 @@ class ChunkAttachment:
         self.block: SharedBlock | None = None
         self.views: ChunkViews | None = None
 
-    def get(self, spec: ChunkBlockSpec) -> ChunkViews:
+    def get(self, spec: ChunkBlockSpec, observation_space: Space[Any] | None) -> ChunkViews:
+        """The views of the block ``spec`` names (attached now if it is a new one).
+
+        Args:
+            spec: the block, as the chunk command names it.
+            observation_space: the unit's single observation space when observations are in
+                the blocks (None: they travel by value).
+        """
         views = self.views
-        if views is not None and views.spec.name == spec.name:
+        if views is not None and views.spec == spec:
             return views
         self.close()
-        assert spec.name is not None and spec.layout is not None
-        self.block = SharedBlock.attach(spec.name, spec.layout)
-        self.views = ChunkViews(self.block.views, spec)
+        assert spec.name is not None
+        space = observation_space if spec.obs_rows else None
+        layout = plan_chunk_block(spec.num_envs, spec.capacity, space)
+        self.block = SharedBlock.attach(spec.name, layout)
+        self.views = ChunkViews(self.block.views, spec, space)
         return self.views
 
     def close(self) -> None:

@@ -19,8 +19,9 @@ from gymnasium.vector.vector_env import AutoresetMode
 from subvec import _protocol as proto
 from subvec._backend import PLAIN, Collected, Outcome, Unit
 from subvec._block import bind_rows
-from subvec._protocol import AttachSpec, Command, ErrorRecord, Status
-from subvec._slab import EnvSlab, SlabResult
+from subvec._chunks import ChunkAttachment, run_chunk
+from subvec._protocol import AttachSpec, ChunkReply, Command, ErrorRecord, Status
+from subvec._slab import ChunkResult, EnvSlab, SlabResult
 
 __all__ = ["LocalShare"]
 
@@ -56,6 +57,9 @@ class LocalShare:
         self.slab = EnvSlab(envs, lo, autoreset_mode)
         self._pending: Callable[[], Any] | None = None
         self._command = Command.STEP
+        #: the chunk block, mapped here as a worker maps it (``_chunks``)
+        self._chunks = ChunkAttachment()
+        self._obs_space: Any = None
 
     # --- the unit --------------------------------------------------------------------------
 
@@ -80,6 +84,7 @@ class LocalShare:
     def bind(self, views: dict[str, Any], spec: AttachSpec) -> None:
         """Give the envs their rows of the block, as a worker's are given."""
         self.slab.bind(bind_rows(views, spec, self.lo, self.hi))
+        self._obs_space = spec.observation_space
 
     def send(
         self,
@@ -104,6 +109,9 @@ class LocalShare:
             )
         elif command is Command.STEP_ENVS:
             self._pending = lambda: slab.step_envs(payload.envs, payload.actions)
+        elif command is Command.STEP_CHUNK:
+            chunks, space = self._chunks, self._obs_space
+            self._pending = lambda: run_chunk(slab, payload, chunks.get(payload.block, space))
         elif command is Command.CALL:
             self._pending = lambda: slab.call(
                 payload.name, payload.args, payload.kwargs, payload.envs, payload.function
@@ -138,6 +146,10 @@ class LocalShare:
         except Exception as exc:
             record = ErrorRecord.capture(exc, self.slab.current_env, self._command.name.lower())
             return Status.ERROR, proto.rebuild_remote_error(record, os.getpid())
+        if isinstance(result, ChunkResult):  # as a worker replies (see _worker)
+            if result.is_empty():
+                return PLAIN
+            return Status.OK_PAYLOAD, ChunkReply(result.infos, result.obs, result.sub_obs)
         if isinstance(result, SlabResult):
             if result.is_empty():
                 return PLAIN
@@ -172,6 +184,7 @@ class LocalShare:
     def close(self, timeout: float, terminate: bool) -> BaseException | None:
         """Close the envs; return the first error an env's close() raised, naming it."""
         self._pending = None
+        self._chunks.close()
         slab = self.slab
         # Unbind its rows of the block: a traceback may keep the slab alive after close.
         slab.arrays = None

@@ -85,6 +85,8 @@ class PoolResources:
 
     workers: list[Worker] = field(default_factory=list)
     block: SharedBlock | None = None
+    #: the chunk block (``_chunks``), once a chunk was stepped
+    chunk_block: SharedBlock | None = None
     #: the start tokens (max_concurrent_starts), if any
     gate: StartGate | None = None
 
@@ -112,9 +114,11 @@ def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
     finally:
         for worker in workers:
             _discard(worker)
-        block, resources.block = resources.block, None
-        if block is not None:
-            block.close()
+        for name in ("block", "chunk_block"):
+            block = getattr(resources, name)
+            setattr(resources, name, None)
+            if block is not None:
+                block.close()
         gate, resources.gate = resources.gate, None
         if gate is not None:
             gate.close()
@@ -859,4 +863,4 @@ PLAIN_OK: Reply = (Status.OK, b"")
 _CLOUDPICKLED = (Command.CALL, Command.SET_ATTR, Command.RESET, Command.SET_RESET_OPTIONS)
 #: commands that run envs, and so take turns with ``max_active`` (gymnasium's max_concurrency
 #: limits ``step`` and ``reset``; calls and attributes run everywhere at once)
-_IN_TURNS = (Command.STEP, Command.RESET)
+_IN_TURNS = (Command.STEP, Command.RESET, Command.STEP_CHUNK)

@@ -195,18 +195,16 @@ class AttachSpec:
     obs_slots: int = 0
 
 
-@dataclass(frozen=True)
-class ChunkBlockSpec:
-    """The chunk block (``_chunks``): its segment, and what it holds for ``num_envs`` envs.
-    ``name`` is None where a backend keeps the chunk's arrays itself (Ray)."""
+class ChunkBlockSpec(NamedTuple):
+    """The chunk block (``_chunks``): its segment's name (None where a backend keeps the
+    chunk's arrays itself: Ray), for ``num_envs`` envs and chunks of up to ``capacity``
+    sub-steps, with or without observation rows. A unit derives the layout from these and
+    its observation space (``_chunks.plan_chunk_block``)."""
 
     name: str | None
-    layout: BlockLayout | None
     num_envs: int
-    #: the most sub-steps per env it holds
     capacity: int
-    #: the single observation space of its observation rows; None: no observation rows
-    observation_space: Any = None
+    obs_rows: bool
 
 
 class ChunkPayload(NamedTuple):

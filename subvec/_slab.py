@@ -134,6 +134,8 @@ class ChunkResult:
     #: with ``all_obs`` and no ``write_sub_obs``: ``(local env, [obs after each sub-step it
     #: executed])``; the reader repeats the last one over the sub-steps it did not execute
     sub_obs: list[tuple[int, list[Any]]] | None = None
+    #: sub-steps executed, all envs together (``stats()`` counts them as steps)
+    executed: int = 0
 
     def is_empty(self) -> bool:
         return not self.infos and not self.obs and not self.sub_obs
@@ -451,7 +453,7 @@ class EnvSlab:
             reward: Any = 0.0
             ended = False
             terminated = truncated = False
-            executed: list[Any] = []
+            seen: list[Any] = []  # by-value observations, with all_obs
             obs: Any = None
             k = 0
             try:
@@ -480,7 +482,7 @@ class EnvSlab:
                         if write_sub is not None:
                             write_sub(obs, i, k)
                         else:
-                            executed.append(snapshot(obs))
+                            seen.append(snapshot(obs))
                     if info:
                         events.append((i, k, info))
                     # after every sub-step: a death mid-chunk then says where the env was lost
@@ -492,6 +494,7 @@ class EnvSlab:
                 add_note(exc, f"raised at sub-step {k} of an action chunk of {chunk}")
                 raise
             done = k + 1
+            result.executed += done
             if done < chunk:
                 rewards[i, done:] = 0.0
                 terms[i, done:] = False
@@ -507,7 +510,7 @@ class EnvSlab:
             elif write_sub is None:
                 if result.sub_obs is None:
                     result.sub_obs = []
-                result.sub_obs.append((i, executed))
+                result.sub_obs.append((i, seen))
         self.current_substep = -1
         return result
 

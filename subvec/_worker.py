@@ -38,6 +38,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
 from subvec._block import bind_rows, slot_writers
+from subvec._chunks import ChunkAttachment, run_chunk
 from subvec._bootstrap import Lifeline, adopt_registry, tie_to_parent
 from subvec._gpus import gpu_environment
 from subvec._infos import InfoBlockWriter, to_columns
@@ -157,7 +158,7 @@ def worker_main(
 # Enum members as module constants: the per-step path compares against them every step.
 _STEP, _CLOSE = Command.STEP, Command.CLOSE
 #: the commands that write observations (into the slot the parent picked)
-_WRITES_OBS = (Command.STEP, Command.RESET, Command.STEP_ENVS)
+_WRITES_OBS = (Command.STEP, Command.RESET, Command.STEP_ENVS, Command.STEP_CHUNK)
 _OK, _OK_PAYLOAD = Status.OK, Status.OK_PAYLOAD
 
 
@@ -178,6 +179,10 @@ class _Server:
         #: with observation slots: a row writer per slot, and the cell that picks one
         self.obs_writers: list[Any] = []
         self.obs_slot_cell: memoryview | None = None
+        #: the chunk block named by the last STEP_CHUNK, and the single observation space of
+        #: the observations in the blocks (None: by value)
+        self.chunks = ChunkAttachment()
+        self.obs_space: Any = None
         #: STEP commands served, seconds handling commands, seconds waiting for them (kept
         #: here by ``serve`` before each command but the usual step), env steps of STEP_ENVS
         self.steps = 0
@@ -292,6 +297,18 @@ class _Server:
             if result.is_empty():
                 return Status.OK, b""
             return Status.OK_PAYLOAD, self._dump_some(result)
+        elif command is Command.STEP_CHUNK:
+            chunk: proto.ChunkPayload = proto.loads(payload)
+            assert chunk.block is not None
+            done = run_chunk(slab, chunk, self.chunks.get(chunk.block, self.obs_space))
+            self.env_steps_some += done.executed
+            if done.is_empty():
+                return Status.OK, b""
+            reply = proto.ChunkReply(done.infos, done.obs, done.sub_obs)
+            items = [(i, info) for i, _, info in done.infos]
+            return Status.OK_PAYLOAD, self._dump_per_env(
+                reply, "the info", [*items, *(done.obs or ()), *(done.sub_obs or ())]
+            )
         elif command is Command.CALL:
             call: proto.CallPayload = proto.loads(payload)
             results = slab.call(call.name, call.args, call.kwargs, call.envs, call.function)
@@ -390,3 +407,4 @@ class _Server:
             self.info_block = InfoBlockWriter(views, self.index, lo, hi)
         self.obs_writers, self.obs_slot_cell = slot_writers(views, spec, lo, hi)
         self.slab.bind(bind_rows(views, spec, lo, hi))
+        self.obs_space = spec.observation_space
