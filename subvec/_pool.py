@@ -886,20 +886,25 @@ class WorkerPool:
         spin_until = 0.0
         if self.spin_s and self._wait_estimate < self.spin_s:
             spin_until = started + self.spin_s
+        # Waiting for the whole pool, the countdown says when to look at the marks: only the
+        # last answer wakes us, and the marks are read once. Waiting for some, every answer
+        # wakes us (``_announce``) and the marks are read each time.
+        whole = enough is None and bell.level() == 0
+        look = True
         while True:
             seen = bell.remaining()
-            got = mark[index]
-            if not dead and np.array_equal(got, want):
-                for w in workers:
-                    w.expected = None
-                if enough is None:
-                    self._wait_estimate = 0.5 * (
-                        self._wait_estimate + time.perf_counter() - started
-                    )
-                return None
-            answered = (got >> 8) == want_seq
-            if int(answered.sum()) + len(dead) >= needed:
-                break
+            if look or seen <= 0 or not whole:
+                got = mark[index]
+                if not dead and np.array_equal(got, want):
+                    for w in workers:
+                        w.expected = None
+                    if enough is None:
+                        waited = time.perf_counter() - started
+                        self._wait_estimate = 0.5 * (self._wait_estimate + waited)
+                    return None
+                answered = (got >> 8) == want_seq
+                if int(answered.sum()) + len(dead) >= needed:
+                    break
             if spin_until:
                 if time.perf_counter() < spin_until:
                     continue
@@ -910,16 +915,19 @@ class WorkerPool:
                 if left <= 0:
                     break
                 slice_s = min(slice_s, left)
-            bell.sleep(seen, slice_s)
-            # Between slices (and after any wake that did not complete the wait): deaths.
-            for w in self._dead_among(workers, answered, dead):
-                if (int(mark[w.index]) >> 8) == w.expected:
-                    continue  # it answered before it died: the answer is taken below
-                dead[w.index] = self._death(w, what)
-                if stop_at_death:
+            look = not bell.sleep(seen, slice_s)
+            if not look:
+                # The slice ran out (or a signal came): any deaths? (a skewed countdown is
+                # also caught here: the marks are read again)
+                answered = (mark[index] >> 8) == want_seq
+                for w in self._dead_among(workers, answered, dead):
+                    if (int(mark[w.index]) >> 8) == w.expected:
+                        continue  # it answered before it died: the answer is taken below
+                    dead[w.index] = self._death(w, what)
+                    if stop_at_death:
+                        break
+                if stop_at_death and dead:
                     break
-            if stop_at_death and dead:
-                break
         got = mark[index]
         replies: dict[int, Reply] = {}
         failures: list[Failure] = list(dead.values())

@@ -200,17 +200,29 @@ class Bell:
         """Ask the workers still to answer to wake the parent once at most ``level`` are left."""
         self.words[_LEVEL] = level
 
-    def remaining(self) -> int:
-        """The countdown (a hint: see the module docstring)."""
-        return int(self.words[_REMAINING])
+    def level(self) -> int:
+        """The level the workers wake the parent at (see :meth:`ring`)."""
+        return int(self.words[_LEVEL])
 
-    def sleep(self, seen: int, timeout: float) -> None:
-        """Sleep while the countdown is ``seen``, at most ``timeout`` seconds (returns early on
-        a wake, a change, or a signal: the caller rechecks the marks)."""
+    def remaining(self) -> int:
+        """The countdown (a hint: see the module docstring), signed: stale answers may take
+        it below zero."""
+        value = int(self.words[_REMAINING])
+        return value - 2**32 if value >= 2**31 else value
+
+    def sleep(self, seen: int, timeout: float) -> bool:
+        """Sleep while the countdown is ``seen``, at most ``timeout`` seconds. Returns True
+        when woken or the countdown had changed, False when the time ran out or a signal came
+        (the caller then looks at the sentinels, and Python runs the signal's handler)."""
         spec = self._timespec
         spec.tv_sec = int(timeout)
         spec.tv_nsec = int((timeout - int(timeout)) * 1e9)
-        self._fn(self._number, self._remaining, _FUTEX_WAIT, seen, self._timeout, None, 0)
+        fn = self._fn
+        if fn(
+            self._number, self._remaining, _FUTEX_WAIT, seen & 0xFFFFFFFF, self._timeout, None, 0
+        ):
+            return ctypes.get_errno() == _EAGAIN
+        return True
 
     # --- worker ----------------------------------------------------------------------------
 
