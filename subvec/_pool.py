@@ -916,7 +916,7 @@ class WorkerPool:
                     break
                 slice_s = min(slice_s, left)
             look = not bell.sleep(seen, slice_s)
-            if not look:
+            if look:
                 # The slice ran out (or a signal came): any deaths? (a skewed countdown is
                 # also caught here: the marks are read again)
                 answered = (mark[index] >> 8) == want_seq

@@ -76,8 +76,10 @@ _WAKE_ALL = 2**31 - 1
 _EAGAIN, _EINTR, _ETIMEDOUT = 11, 4, 110
 
 # The control words (uint32): the generation the workers wait on, and the countdown the parent
-# waits on, a cache line apart (the workers write one, the parent the other), then the level.
-_GEN, _REMAINING, _LEVEL = 0, 16, 17
+# waits on, a cache line apart (the workers write one, the parent the other), then the level,
+# and a word nobody waits on: FUTEX_WAKE_OP's first word (the kernel wakes one waiter there
+# even when asked for none).
+_GEN, _REMAINING, _LEVEL, _NOBODY = 0, 16, 17, 18
 _WORDS = 32
 CONTROL, COMMANDS, MARKS = "wake", "wake_cmd", "wake_mark"
 
@@ -182,6 +184,7 @@ class Bell:
         base = self.words.ctypes.data
         self._gen = base + 4 * _GEN
         self._remaining = base + 4 * _REMAINING
+        self._nobody = base + 4 * _NOBODY
         self._timespec = _Timespec()
         self._timeout = ctypes.addressof(self._timespec)
 
@@ -251,7 +254,7 @@ class Bell:
         """Mark worker ``index``'s answer to command ``seq`` and count it down."""
         self.mark[index] = (seq << 8) | status
         op = _wake_op_code(int(self.words[_LEVEL]))
-        self._fn(self._number, self._remaining, _FUTEX_WAKE_OP, 0, 1, self._remaining, op)
+        self._fn(self._number, self._nobody, _FUTEX_WAKE_OP, 0, 1, self._remaining, op)
 
     def close(self) -> None:
         """Drop the views (so that the block can unmap)."""
