@@ -882,6 +882,8 @@ class WorkerPool:
         want_seq = want >> 8
         needed = n if enough is None else enough
         dead: dict[int, Failure] = {}
+        #: answers found on the pipe of a worker that exited before it could mark them
+        drained: dict[int, Reply] = {}
         started = time.perf_counter()
         spin_until = 0.0
         if self.spin_s and self._wait_estimate < self.spin_s:
@@ -895,7 +897,7 @@ class WorkerPool:
             seen = bell.remaining()
             if look or seen <= 0 or not whole:
                 got = mark[index]
-                if not dead and np.array_equal(got, want):
+                if not dead and not drained and np.array_equal(got, want):
                     for w in workers:
                         w.expected = None
                     if enough is None:
@@ -903,7 +905,7 @@ class WorkerPool:
                         self._wait_estimate = 0.5 * (self._wait_estimate + waited)
                     return None
                 answered = (got >> 8) == want_seq
-                if int(answered.sum()) + len(dead) >= needed:
+                if int(answered.sum()) + len(dead) + len(drained) >= needed:
                     break
             if spin_until:
                 if time.perf_counter() < spin_until:
@@ -920,9 +922,15 @@ class WorkerPool:
                 # The slice ran out (or a signal came): any deaths? (a skewed countdown is
                 # also caught here: the marks are read again)
                 answered = (mark[index] >> 8) == want_seq
-                for w in self._dead_among(workers, answered, dead):
+                for w in self._dead_among(workers, answered, {*dead, *drained}):
                     if (int(mark[w.index]) >> 8) == w.expected:
                         continue  # it answered before it died: the answer is taken below
+                    # Its answer may be on the pipe, written just before it exited unmarked.
+                    reply = self._drain(w)
+                    if reply is not _DEAD:
+                        assert isinstance(reply, tuple)
+                        drained[w.index] = reply
+                        continue
                     dead[w.index] = self._death(w, what)
                     if stop_at_death:
                         break
@@ -933,6 +941,10 @@ class WorkerPool:
         failures: list[Failure] = list(dead.values())
         for w, word in zip(workers, got.tolist(), strict=True):
             if w.index in dead:
+                continue
+            if w.index in drained:
+                replies[w.index] = drained[w.index]
+                w.expected = None
                 continue
             if (word >> 8) != w.expected:
                 if enough is None and not (stop_at_death and dead):
@@ -954,9 +966,9 @@ class WorkerPool:
         return replies, failures
 
     def _dead_among(
-        self, workers: Sequence[Worker], answered: np.ndarray, dead: dict[int, Failure]
+        self, workers: Sequence[Worker], answered: np.ndarray, known: set[int]
     ) -> list[Worker]:
-        """Those of ``workers`` not yet answered nor known dead whose sentinel fired (one
+        """Those of ``workers`` not yet answered nor ``known`` (by index) whose sentinel fired (one
         poll over every sentinel, kept between waits)."""
         if self._sentinels is None:
             poller = select.poll()
@@ -971,7 +983,7 @@ class WorkerPool:
             return []
         waiting = {w.index for w, done in zip(workers, answered.tolist(), strict=True) if not done}
         fired = (by_fd[fd] for fd, _ in events)
-        return [w for w in fired if w.index in waiting and w.index not in dead]
+        return [w for w in fired if w.index in waiting and w.index not in known]
 
     def _read(self, worker: Worker) -> Reply | object:
         try:
