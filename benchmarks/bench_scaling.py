@@ -13,13 +13,14 @@ Vector envs: ``futex`` (subvec with the futex protocol, ``SUBVEC_WAKE=futex``), 
 AsyncVectorEnv, shared memory). Rounds interleave the configurations; the table gives medians.
 
     python benchmarks/bench_scaling.py --workers 8,32,64,128 --rounds 3 \\
-        --json benchmarks/results/scaling.jsonl --plot docs/img/scaling.png
+        --json benchmarks/results/scaling.jsonl --plot docs/img/scaling.svg
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -117,31 +118,63 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
-    import matplotlib
+    """Two panels as an SVG file (no plotting library needed): parent CPU per worker and
+    step, and wall overhead per step, against the number of workers (log scale)."""
+    colours = {"futex": "#1b9e77", "pipes": "#d95f02", "async": "#7570b3"}
+    keys = (
+        ("parent_us_per_worker_step", "parent CPU us / worker / step"),
+        ("overhead_ms_per_step", "wall overhead ms / step"),
+    )
+    ns = sorted({r["workers"] for r in rows})
+    width, height, pad = 360, 260, 50
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * width}" height="{height + 30}"'
+        ' font-family="sans-serif" font-size="11">'
+    ]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def med(impl: str, key: str, n: int) -> float | None:
+        got = [r[key] for r in rows if r["impl"] == impl and r["workers"] == n]
+        return statistics.median(got) if got else None
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for impl in IMPLS:
-        mine = [r for r in rows if r["impl"] == impl]
-        ns = sorted({r["workers"] for r in mine})
-        if not ns:
-            continue
+    for panel, (key, label) in enumerate(keys):
+        x0 = panel * width
+        top = max(v for i in IMPLS for n in ns if (v := med(i, key, n)) is not None) * 1.1
 
-        def med(key: str, n: int, mine: list[dict[str, Any]] = mine) -> float:
-            return statistics.median(r[key] for r in mine if r["workers"] == n)
+        def xy(n: int, v: float, x0: int = x0, top: float = top) -> tuple[float, float]:
+            span = math.log(ns[-1] / ns[0]) or 1.0
+            x = x0 + pad + (width - 2 * pad) * math.log(n / ns[0]) / span
+            return x, height - pad + 20 - (height - 2 * pad) * v / top
 
-        left.plot(ns, [med("parent_us_per_worker_step", n) for n in ns], "o-", label=impl)
-        right.plot(ns, [med("overhead_ms_per_step", n) for n in ns], "o-", label=impl)
-    left.set(xlabel="workers", ylabel="parent CPU us / worker / step", xscale="log")
-    right.set(xlabel="workers", ylabel="wall overhead ms / step", xscale="log")
-    for ax in (left, right):
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    fig.suptitle("one-env workers, envs sleep 2 ms a step (2 vCPUs)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+        parts.append(f'<text x="{x0 + pad}" y="15">{label}</text>')
+        left, bottom = x0 + pad, height - pad + 20
+        parts.append(
+            f'<line x1="{left}" y1="{bottom}" x2="{x0 + width - pad}" y2="{bottom}" '
+            'stroke="black"/>'
+        )
+        parts.append(f'<line x1="{left}" y1="{bottom}" x2="{left}" y2="30" stroke="black"/>')
+        for n in ns:
+            x, _ = xy(n, 0.0)
+            parts.append(f'<text x="{x - 8:.0f}" y="{bottom + 15}">{n}</text>')
+        for k in range(5):
+            v = top * k / 4
+            _, y = xy(ns[0], v)
+            parts.append(f'<text x="{left - 40}" y="{y + 4:.0f}">{v:.3g}</text>')
+        parts.append(f'<text x="{x0 + width / 2 - 20}" y="{bottom + 30}">workers</text>')
+        for i, impl in enumerate(IMPLS):
+            points = [(n, v) for n in ns if (v := med(impl, key, n)) is not None]
+            if not points:
+                continue
+            coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(n, v) for n, v in points))
+            colour = colours[impl]
+            parts.append(
+                f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2"/>'
+            )
+            parts.append(
+                f'<text x="{x0 + width - pad - 40}" y="{40 + 14 * i}" fill="{colour}">{impl}</text>'
+            )
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
 
 
 def main() -> None:
@@ -151,7 +184,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", help="append every measurement to this JSON-lines file")
-    parser.add_argument("--plot", help="write the plot here (needs matplotlib)")
+    parser.add_argument("--plot", help="write the plot here (SVG)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:

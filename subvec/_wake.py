@@ -56,9 +56,9 @@ __all__ = [
 #: the two protocols, as ``Layout.wake`` names them
 FUTEX, PIPES = "futex", "pipes"
 #: The futex protocol serves pools of at least this many workers; fewer keep the pipes, whose
-#: partner and spin rules are tuned for a few workers on a few CPUs (decision 0024: measured
-#: equal at 8 workers, ahead from 16 on).
-MIN_WORKERS = 8
+#: partner and spin rules are tuned for a few workers on a few CPUs (decision 0024: at 8
+#: workers the futex saved parent CPU but lost wall time per step; from 32 on it saves 2-3.5x).
+MIN_WORKERS = 16
 #: The longest a parent wait sleeps without looking at the workers' sentinels.
 SLICE_S = 0.01
 #: ``SUBVEC_WAKE=pipes`` keeps the pipes, ``=futex`` takes the futex at any worker count.
