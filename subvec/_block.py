@@ -19,6 +19,7 @@ Regions (``n`` envs; leaves of a Dict/Tuple space are numbered in ``_spaces.leaf
     obs_slot                           and the cell naming the one each command writes (see
                                        :class:`ObsSlots`)
     info_values, info_flags, info_schema   steady scalar infos (see ``_infos``)
+    wake, wake_cmd, wake_mark          the futex protocol's words (see ``_wake``)
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 from gymnasium import Space
 
-from subvec import _spaces
+from subvec import _spaces, _wake
 from subvec._infos import InfoBlockReader, info_block_regions
 from subvec._protocol import AttachSpec
 from subvec._shm import BlockLayout, has_free_space
@@ -98,6 +99,7 @@ class BlockPlan:
         final_obs: SAME_STEP final observations stay in the block.
         obs_slots: extra observation batches (0: the batch is copied out).
         info_block: steady scalar infos stay in the block.
+        wake: the block holds the futex protocol's words.
     """
 
     layout: BlockLayout
@@ -107,6 +109,7 @@ class BlockPlan:
     final_obs: bool
     obs_slots: int
     info_block: bool
+    wake: bool = False
 
     def attach_spec(
         self,
@@ -130,6 +133,7 @@ class BlockPlan:
             final_obs=self.final_obs,
             info_block=self.info_block,
             obs_slots=self.obs_slots,
+            wake=self.wake,
         )
 
 
@@ -159,6 +163,7 @@ def plan_block(
     same_step: bool,
     slots: bool,
     info_block: bool,
+    wake: bool = False,
 ) -> BlockPlan:
     """Plan the block for ``num_envs`` envs.
 
@@ -172,6 +177,7 @@ def plan_block(
         same_step: SAME_STEP autoreset (final observations may stay in the block).
         slots: observation slots are wanted (``copy=True``, no envs in the parent).
         info_block: steady scalar infos in the block (needs at least one worker).
+        wake: room for the futex protocol's words (``_wake.control_regions``).
 
     Returns:
         The plan; the slots are left out when /dev/shm has no room for them.
@@ -180,7 +186,8 @@ def plan_block(
     obs_shared = obs_split or (shared_memory and _spaces.is_shareable(observation_space))
     act_shared = _spaces.is_shareable(action_space)
     n = num_envs
-    arrays: list[Region] = [
+    arrays: list[Region] = [*(_wake.control_regions(num_workers) if wake else [])]
+    arrays += [
         (REWARDS, np.dtype(np.float64), (n,)),
         (TERMINATIONS, np.dtype(np.bool_), (n,)),
         (TRUNCATIONS, np.dtype(np.bool_), (n,)),
@@ -214,6 +221,7 @@ def plan_block(
         final_obs=final_obs,
         obs_slots=(len(slot_regions) - 1) // len(leaves) if slot_regions else 0,
         info_block=info_block,
+        wake=wake,
     )
 
 

@@ -15,6 +15,8 @@ from multiprocessing.context import BaseContext
 
 import numpy as np
 
+from subvec import _wake
+
 __all__ = [
     "DEFAULT_SPIN_US",
     "Layout",
@@ -51,6 +53,10 @@ class Layout:
     parent_spin_us: float
     partner: int | None
     max_active: int | None = None
+    #: how the parent wakes the workers and learns of their answers: ``"futex"`` (one system
+    #: call per command for the whole pool) or ``"pipes"`` (a write and a read per worker);
+    #: see ``subvec._wake``
+    wake: str = _wake.PIPES
 
     @property
     def num_workers(self) -> int:
@@ -161,6 +167,7 @@ def plan_layout(
     envs_per_worker: int | None = None,
     spin_us: float | None = None,
     max_concurrency: int | None = None,
+    wake: str | None = None,
 ) -> Layout:
     """Plan the workers for ``num_envs`` envs on ``cpus`` usable CPUs.
 
@@ -176,6 +183,8 @@ def plan_layout(
             ``num_workers`` or ``envs_per_worker``), ``max_active`` says how many may work at
             once, and then nobody spins and there is no partner (a worker may wait for its
             turn, and the parent for several turns).
+        wake: ``"futex"`` or ``"pipes"``; None: by ``_wake.choose`` (the futex from
+            ``_wake.MIN_WORKERS`` workers where it works, and without turns).
 
     Returns:
         The :class:`Layout`.
@@ -208,6 +217,14 @@ def plan_layout(
         # Turns: a worker waits for its turn and the parent for several; nobody spins unless
         # told to, and no worker partners the parent (it would not always reply last).
         worker_spin, parent_spin, partner = _spin(n, spin_us if spin_us else 0.0, cpus, 0)
+    if wake is None:
+        wake = _wake.choose(n, max_active)
+    elif wake not in (_wake.FUTEX, _wake.PIPES):
+        raise ValueError(f"wake must be {_wake.FUTEX!r} or {_wake.PIPES!r}, got {wake!r}")
+    if wake == _wake.FUTEX:
+        # The futex protocol has no partner: nobody is woken by a pipe, and the parent sleeps
+        # on the countdown, not on one worker's reply.
+        partner = None
     return Layout(
         bounds=tuple(split(in_workers, n, extra_last=partner is not None)),
         parent_envs=int(parent_envs),
@@ -215,6 +232,7 @@ def plan_layout(
         parent_spin_us=parent_spin,
         partner=partner,
         max_active=max_active,
+        wake=wake,
     )
 
 

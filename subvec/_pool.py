@@ -24,6 +24,7 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
 from subvec import _pickling as pickling
 from subvec import _protocol as proto
@@ -34,6 +35,7 @@ from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHel
 from subvec._shm import SharedBlock
 from subvec._starts import BuildFailure, StartGate
 from subvec._topology import Placement
+from subvec._wake import MARK_OK, PIPE_KIND, PIPES, SLICE_S, STEP_KIND, Bell
 from subvec._worker import worker_main
 from subvec.errors import describe_exitcode
 
@@ -60,6 +62,8 @@ class Worker:
     reply_fd: int = -1
     #: the process's pid, kept: reports name a replaced worker after its process is closed
     pid: int | None = None
+    #: attached with the futex protocol: its commands are announced in the block (``_wake``)
+    on_bell: bool = False
 
     def __post_init__(self) -> None:
         self.cmd_fd = self.cmd_conn.fileno()
@@ -89,6 +93,8 @@ class PoolResources:
     chunk_block: SharedBlock | None = None
     #: the start tokens (max_concurrent_starts), if any
     gate: StartGate | None = None
+    #: the futex protocol's words in the block, if the pool uses it
+    bell: Bell | None = None
 
 
 def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
@@ -100,6 +106,7 @@ def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
     killed at once, everything is released, and the exception goes on.
     """
     workers, resources.workers = resources.workers, []
+    bell = resources.bell
     try:
         for worker in workers:
             if worker.process.is_alive():
@@ -107,6 +114,10 @@ def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
                     proto.write_frame(worker.cmd_fd, Command.CLOSE, worker.seq + 1)
                 except (OSError, ValueError):
                     pass  # it is dying already; terminate() below makes sure
+                if bell is not None and worker.on_bell:
+                    bell.cmd[worker.index] = ((worker.seq + 1) << 8) | PIPE_KIND
+        if bell is not None:
+            bell.ring(0)
         terminate(workers, grace=grace)
     except BaseException:
         terminate(workers, grace=0.0)
@@ -122,6 +133,9 @@ def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
         gate, resources.gate = resources.gate, None
         if gate is not None:
             gate.close()
+        if bell is not None:
+            resources.bell = None
+            bell.close()
 
 
 def _discard(worker: Worker) -> None:
@@ -178,6 +192,8 @@ class WorkerPool:
         max_concurrent_starts: the most workers building their envs (and serving their first
             reset) at once (None: no limit; see ``subvec._starts``).
         build_retries: how many more times a worker calls a factory that raised.
+        wake: ``"futex"``: after ATTACH, wake the workers and learn of their plain answers
+            through the block (``subvec._wake``); ``"pipes"``: by the pipes alone.
     """
 
     inline = False
@@ -199,8 +215,12 @@ class WorkerPool:
         worker_env: WorkerEnvSpec = None,
         max_concurrent_starts: int | None = None,
         build_retries: int = 0,
+        wake: str = PIPES,
     ) -> None:
         self.ctx = ctx
+        self.wake = wake
+        #: the sentinels of every worker, polled between the slices of a futex wait
+        self._sentinels: tuple[select.poll, dict[int, Worker]] | None = None
         self.worker_env = worker_env
         self.build_retries = build_retries
         #: every failed factory attempt that was tried again, in the order the workers said
@@ -231,7 +251,7 @@ class WorkerPool:
 
     def _forget_workers(self) -> None:
         """Drop what is kept per set of workers (after a start or a replacement)."""
-        self._poller = self._first_poller = self._quick = None
+        self._poller = self._first_poller = self._quick = self._sentinels = None
 
     @property
     def workers(self) -> list[Worker]:
@@ -331,6 +351,10 @@ class WorkerPool:
         for worker in self.workers:
             self.send_to(worker, Command.ATTACH, self._attach_payload)
         self._answers(self.workers, timeout, "attaching")
+        if spec.wake:
+            self.resources.bell = Bell(block.views)
+            for worker in self.workers:
+                worker.on_bell = True
 
     def _answers(
         self, workers: Sequence[Worker], timeout: float | None, what: str
@@ -367,6 +391,10 @@ class WorkerPool:
         first = len(targets)
         if self.max_active is not None and command in _IN_TURNS:
             first = self.max_active
+        bell = self.resources.bell
+        if bell is not None and first == len(targets):
+            self._announce(bell, targets, command, data, per_unit, dump)
+            return
         for i, worker in enumerate(targets):
             frame = data if per_unit is None else dump(per_unit(worker))
             if i < first:
@@ -378,13 +406,52 @@ class WorkerPool:
                 self._queued.append((worker, command, frame))
 
     def send_to(self, worker: Worker, command: Command, payload: bytes = b"") -> None:
-        """Send one frame to ``worker``; its reply is the one awaited from now on."""
+        """Send one frame to ``worker``; its reply is the one awaited from now on (announced
+        in the block when the worker serves the futex protocol)."""
+        bell = self.resources.bell
+        if bell is not None and worker.on_bell:
+            self._announce(bell, [worker], command, payload, None, proto.dumps, framed=True)
+            return
         worker.seq += 1
         worker.expected = worker.seq
         try:
             proto.write_frame(worker.cmd_fd, command, worker.seq, payload)
         except OSError:
             pass  # EPIPE: the worker is gone; gather() learns how from its sentinel
+
+    def _announce(
+        self,
+        bell: Bell,
+        targets: Sequence[Worker],
+        command: Command,
+        data: bytes,
+        per_unit: Callable[[Any], Any] | None,
+        dump: Callable[[Any], bytes],
+        framed: bool = False,
+    ) -> None:
+        """The futex protocol's send: a STEP without payload to a worker that answered its
+        last command is announced in the block alone; anything else is framed on the pipe
+        first (its frame behind any a worker has not read yet, served in order). Then one
+        wake-up for all. ``framed``: ``data`` is the payload as it is (not through
+        ``per_unit``)."""
+        cmd = bell.cmd
+        plain = command is _STEP_COMMAND and not data and per_unit is None
+        for worker in targets:
+            seq = worker.seq = worker.seq + 1
+            if plain and worker.expected is None:
+                cmd[worker.index] = (seq << 8) | STEP_KIND
+            else:
+                frame = data if per_unit is None or framed else dump(per_unit(worker))
+                try:
+                    proto.write_frame(worker.cmd_fd, command, seq, frame)
+                except OSError:
+                    pass  # EPIPE: as in send_to
+                cmd[worker.index] = (seq << 8) | PIPE_KIND
+            worker.expected = seq
+        everyone = len(targets) == len(self.resources.workers)
+        # Every worker: only the last answer wakes us. Some: each answer does (the waits for
+        # some are for the first answers: collect_ready).
+        bell.ring(len(targets), 0 if everyone else _WAKE_EACH)
 
     def _next_turn(self, pending: dict[int, Worker]) -> None:
         """A worker answered (or died): command the next one waiting for its turn."""
@@ -415,6 +482,12 @@ class WorkerPool:
         passes), then take every other answer already there, without waiting. A unit still
         silent is left in flight (its reply stays awaited): nothing is reported hung."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        bell = self.resources.bell
+        if bell is not None:
+            got = self._bell_wait(bell, units, timeout, what, False, deadline, enough)
+            collected = self._decoded(got if got is not None else ({}, []))
+            assert collected is not None
+            return collected
         pending = {w.index: w for w in units}
         # The kept poll object over every worker: building one per wait would cost more than
         # the rest of the wait. The idle workers' fds are silent but for a stale reply (read
@@ -522,6 +595,11 @@ class WorkerPool:
         self, command: Command, timeout: float | None, what: str, stop_at_death: bool = False
     ) -> Collected | None:
         """``send(command)`` then ``collect(...)``: the per-step round trip."""
+        bell = self.resources.bell
+        if bell is not None:
+            workers = self.resources.workers
+            self._announce(bell, workers, command, b"", None, proto.dumps)
+            return self._decoded(self._bell_gather(bell, workers, timeout, what, stop_at_death))
         quick = self._quick or self._build_quick()
         if quick is None:
             self.send(command)
@@ -534,6 +612,10 @@ class WorkerPool:
     ) -> Gathered | None:
         """``gather`` over the whole pool. Returns None when every worker answered with a
         plain OK (nothing to decode: the usual cheap step)."""
+        bell = self.resources.bell
+        if bell is not None:
+            workers = self.resources.workers
+            return self._bell_gather(bell, workers, timeout, what, stop_at_death)
         quick = self._quick or self._build_quick()
         if quick is None:
             return self.gather(self.resources.workers, timeout, what, stop_at_death)
@@ -662,6 +744,12 @@ class WorkerPool:
         """
         if deadline is None and timeout is not None:
             deadline = time.monotonic() + timeout
+        bell = self.resources.bell
+        if bell is not None and workers and workers[0].on_bell:
+            got = self._bell_gather(bell, workers, timeout, what, stop_at_death, deadline)
+            if got is None:
+                return {w.index: PLAIN_OK for w in workers}, []
+            return got
         replies: dict[int, Reply] = {}
         failures: list[Failure] = []
         pending = {w.index: w for w in workers}
@@ -763,6 +851,144 @@ class WorkerPool:
             self._wait_estimate = 0.5 * (self._wait_estimate + time.perf_counter() - started)
         return replies, failures
 
+    def _bell_gather(
+        self,
+        bell: Bell,
+        workers: Sequence[Worker],
+        timeout: float | None,
+        what: str,
+        stop_at_death: bool,
+        deadline: float | None = None,
+    ) -> Gathered | None:
+        """``gather`` under the futex protocol; None when every one answered a plain OK."""
+        if deadline is None and timeout is not None:
+            deadline = time.monotonic() + timeout
+        return self._bell_wait(bell, workers, timeout, what, stop_at_death, deadline)
+
+    def _bell_wait(
+        self,
+        bell: Bell,
+        workers: Sequence[Worker],
+        timeout: float | None,
+        what: str,
+        stop_at_death: bool,
+        deadline: float | None,
+        enough: int | None = None,
+    ) -> Gathered | None:
+        """Wait for the answers of ``workers`` in the block (``_wake``): every one's, or with
+        ``enough`` until that many answered or died, then take the others already in (the
+        rest stay in flight, none is hung). Sleeps on the countdown in slices of at most
+        ``SLICE_S``, polling the sentinels between them, so a death is seen within a slice.
+        Returns None when every one answered a plain OK (the usual step)."""
+        mark, n = bell.mark, len(workers)
+        index = np.fromiter((w.index for w in workers), np.intp, n)
+        want = np.fromiter(((w.expected or 0) << 8 | MARK_OK for w in workers), np.uint64, n)
+        want_seq = want >> 8
+        needed = n if enough is None else enough
+        dead: dict[int, Failure] = {}
+        #: answers found on the pipe of a worker that exited before it could mark them
+        drained: dict[int, Reply] = {}
+        started = time.perf_counter()
+        spin_until = 0.0
+        if self.spin_s and self._wait_estimate < self.spin_s:
+            spin_until = started + self.spin_s
+        # Waiting for the whole pool, the countdown says when to look at the marks: only the
+        # last answer wakes us, and the marks are read once. Waiting for some, every answer
+        # wakes us (``_announce``) and the marks are read each time.
+        whole = enough is None and bell.level() == 0
+        look = True
+        while True:
+            seen = bell.remaining()
+            if look or seen <= 0 or not whole:
+                got = mark[index]
+                if not dead and not drained and np.array_equal(got, want):
+                    for w in workers:
+                        w.expected = None
+                    if enough is None:
+                        waited = time.perf_counter() - started
+                        self._wait_estimate = 0.5 * (self._wait_estimate + waited)
+                    return None
+                answered = (got >> 8) == want_seq
+                if int(answered.sum()) + len(dead) + len(drained) >= needed:
+                    break
+            if spin_until:
+                if time.perf_counter() < spin_until:
+                    continue
+                spin_until = 0.0
+            slice_s = SLICE_S
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                slice_s = min(slice_s, left)
+            look = not bell.sleep(seen, slice_s)
+            if look:
+                # The slice ran out (or a signal came): any deaths? (a skewed countdown is
+                # also caught here: the marks are read again)
+                answered = (mark[index] >> 8) == want_seq
+                for w in self._dead_among(workers, answered, {*dead, *drained}):
+                    if (int(mark[w.index]) >> 8) == w.expected:
+                        continue  # it answered before it died: the answer is taken below
+                    # Its answer may be on the pipe, written just before it exited unmarked.
+                    reply = self._drain(w)
+                    if reply is not _DEAD:
+                        assert isinstance(reply, tuple)
+                        drained[w.index] = reply
+                        continue
+                    dead[w.index] = self._death(w, what)
+                    if stop_at_death:
+                        break
+                if stop_at_death and dead:
+                    break
+        got = mark[index]
+        replies: dict[int, Reply] = {}
+        failures: list[Failure] = list(dead.values())
+        for w, word in zip(workers, got.tolist(), strict=True):
+            if w.index in dead:
+                continue
+            if w.index in drained:
+                replies[w.index] = drained[w.index]
+                w.expected = None
+                continue
+            if (word >> 8) != w.expected:
+                if enough is None and not (stop_at_death and dead):
+                    message = f"no reply from {w.describe()} after {timeout:g} s {what}"
+                    failures.append(Failure(w, "hung", message))
+                continue
+            if word & 0xFF == MARK_OK:
+                replies[w.index] = PLAIN_OK
+            else:
+                reply = self._read(w)
+                while reply is _STALE:  # answers to commands abandoned earlier
+                    reply = self._read(w)
+                if reply is _DEAD:
+                    failures.append(self._death(w, what))
+                    continue
+                assert isinstance(reply, tuple)
+                replies[w.index] = reply
+            w.expected = None
+        return replies, failures
+
+    def _dead_among(
+        self, workers: Sequence[Worker], answered: np.ndarray, known: set[int]
+    ) -> list[Worker]:
+        """Those of ``workers`` not yet answered nor ``known`` (by index) whose sentinel fired (one
+        poll over every sentinel, kept between waits)."""
+        if self._sentinels is None:
+            poller = select.poll()
+            by_fd = {}
+            for w in self.resources.workers:
+                poller.register(w.process.sentinel, select.POLLIN)
+                by_fd[w.process.sentinel] = w
+            self._sentinels = (poller, by_fd)
+        poller, by_fd = self._sentinels
+        events = poller.poll(0)
+        if not events:
+            return []
+        waiting = {w.index for w, done in zip(workers, answered.tolist(), strict=True) if not done}
+        fired = (by_fd[fd] for fd, _ in events)
+        return [w for w in fired if w.index in waiting and w.index not in known]
+
     def _read(self, worker: Worker) -> Reply | object:
         try:
             code, seq, payload = proto.read_frame(worker.reply_fd)
@@ -804,12 +1030,17 @@ class WorkerPool:
             worker.process.kill()
         worker.process.join(5.0)
         _discard(worker)
+        bell = self.resources.bell
+        if bell is not None:
+            # The replacement starts from no command and no answer.
+            bell.cmd[worker.index] = bell.mark[worker.index] = 0
         new = self.spawn(worker.index)
         self.workers[worker.index] = new
         self._forget_workers()
         self.handshake([new], timeout)
         self.send_to(new, Command.ATTACH, self._attach_payload)
         self._answers([new], timeout, "attaching the shared block")
+        new.on_bell = bell is not None
         return new
 
     def counters(self, timeout: float | None) -> dict[int, proto.WorkerCounters]:
@@ -818,8 +1049,7 @@ class WorkerPool:
         Raises:
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
-        for worker in self.workers:
-            self.send_to(worker, Command.STATS)
+        self.send(Command.STATS, units=self.workers)
         outcomes = self._answers(self.workers, timeout, "reporting stats")
         return {index: value for index, (_, value) in outcomes.items()}
 
@@ -836,8 +1066,7 @@ class WorkerPool:
         try:
             live = [w for w in self.workers if w.process.is_alive()]
             if live and not terminate_now:
-                for worker in live:
-                    self.send_to(worker, Command.CLOSE)
+                self.send(Command.CLOSE, units=live)
                 replies, _ = self.gather(live, timeout, "closing")
                 errors = [self._decode(w, replies[w.index]) for w in live if w.index in replies]
                 try:
@@ -854,6 +1083,9 @@ class WorkerPool:
 
 
 _DEAD = object()
+_STEP_COMMAND = Command.STEP
+#: a level no countdown reaches: every answer wakes the parent (``_wake``)
+_WAKE_EACH = 2000
 _STATUSES = {int(status): status for status in Status}
 _STALE = object()
 PLAIN_OK: Reply = (Status.OK, b"")

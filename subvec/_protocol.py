@@ -193,6 +193,8 @@ class AttachSpec:
     #: how many extra batches of observations the block holds; a cell names the one each
     #: command writes (see ``_block.ObsSlots``)
     obs_slots: int = 0
+    #: wake-ups and plain answers go through the block's control regions (``subvec._wake``)
+    wake: bool = False
 
 
 class ChunkBlockSpec(NamedTuple):

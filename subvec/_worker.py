@@ -48,6 +48,7 @@ from subvec._slab import EnvSlab, SlabResult
 from subvec._starts import BuildFailure, StartGate, build_env, maybe_token
 from subvec._threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._topology import Placement, apply_placement
+from subvec._wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
 
 __all__ = ["worker_main"]
 
@@ -173,6 +174,9 @@ class _Server:
         self.cmd_fd = cmd_fd
         self.reply_fd = reply_fd
         self.block: SharedBlock | None = None
+        #: with the futex protocol (``_wake``), its words, and our command word at ATTACH
+        self.bell: Bell | None = None
+        self.bell_seen = 0
         self.spin_s = 0.0
         self.info_columns = False
         self.info_block: InfoBlockWriter | None = None
@@ -265,12 +269,84 @@ class _Server:
                 busy_s += replied_at - started
                 if command is _CLOSE:
                     break
+                if self.bell is not None:  # attached, with the futex protocol from now on
+                    self.serve_bell()
+                    break
         finally:
             if self.block is not None:
                 self.slab.arrays = None
                 # Our views of the block go first, so that it unmaps now.
                 self.info_block, self.obs_writers, self.obs_slot_cell = None, [], None
+                if self.bell is not None:
+                    self.bell.close()
                 self.block.close()
+
+    def serve_bell(self) -> None:
+        """Serve commands announced in the block (``_wake``) until CLOSE: a plain STEP there,
+        anything else as frames on the command pipe, up to the announced seq (earlier frames
+        are commands the parent stopped waiting for: served in order, their replies dropped
+        there as stale, as with the pipes alone)."""
+        bell, index = self.bell, self.index
+        assert bell is not None
+        commands = {int(c): c for c in Command}
+        write, pack, write_frame = os.write, proto.HEADER.pack, proto.write_frame
+        slab_step, step_reply, reply_fd = self.slab.step, self._step_reply, self.reply_fd
+        wait_command, answer, clock = bell.wait_command, bell.answer, time.perf_counter
+        seen, spin_s, wait_estimate = self.bell_seen, self.spin_s, 0.0
+        steps, busy_s, waiting_s = self.steps, self.busy_s, self.waiting_s
+        replied_at = clock()
+        while True:
+            word = wait_command(index, seen, spin_s if wait_estimate < spin_s else 0.0)
+            seen = word
+            started = clock()
+            waiting_s += started - replied_at
+            if spin_s:
+                wait_estimate = 0.5 * (wait_estimate + started - replied_at)
+            seq = word >> 8
+            if word & 0xFF == STEP_KIND:
+                steps += 1
+                if self.obs_writers:
+                    self._point_obs_rows()
+                status = MARK_PIPE
+                try:
+                    reply = step_reply(slab_step())
+                except Exception as exc:
+                    self._reply_error(exc, _STEP, seq)
+                else:
+                    if reply:
+                        write_frame(reply_fd, _OK_PAYLOAD, seq, reply)
+                    else:
+                        status = MARK_OK
+                answer(index, seq, status)
+                replied_at = clock()
+                busy_s += replied_at - started
+                continue
+            self.steps, self.busy_s, self.waiting_s = steps, busy_s, waiting_s
+            done = False
+            while not done:
+                try:
+                    code, got, payload = proto.read_frame(self.cmd_fd)
+                except EOFError:
+                    return  # the parent closed our command pipe: nothing more will come
+                command = commands[code]
+                if command is _STEP:
+                    steps += 1
+                try:
+                    status_code, out = self.handle(command, payload)
+                except Exception as exc:
+                    self._reply_error(exc, command, got)
+                else:
+                    if status_code is _OK and not out:
+                        write(reply_fd, pack(0, _OK, got))
+                    else:
+                        write_frame(reply_fd, status_code, got, out)
+                done = got == seq
+                if command is _CLOSE:
+                    answer(index, seq, MARK_PIPE)
+                    return
+            answer(index, seq, MARK_PIPE)
+            replied_at = clock()
+            busy_s += replied_at - started
 
     def _reply_error(self, exc: Exception, command: Command, seq: int) -> None:
         env_index = None if command is Command.ATTACH else self.slab.current_env
@@ -408,3 +484,6 @@ class _Server:
         self.obs_writers, self.obs_slot_cell = slot_writers(views, spec, lo, hi)
         self.slab.bind(bind_rows(views, spec, lo, hi))
         self.obs_space = spec.observation_space
+        if spec.wake:
+            self.bell = Bell(views)
+            self.bell_seen = int(self.bell.cmd[self.index])

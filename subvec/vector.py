@@ -54,6 +54,7 @@ from subvec._state import _WAITING, _State
 from subvec._stats import WorkerStats, worker_stats
 from subvec._threads import check_threads
 from subvec._topology import PlacementReport, plan_placement, usable_cpus
+from subvec._wake import FUTEX
 from subvec.proxy import RemoteProxy
 
 __all__ = ["SubprocVectorEnv"]
@@ -259,6 +260,7 @@ class SubprocVectorEnv(VectorFront):
             worker_env=worker_env,
             max_concurrent_starts=max_concurrent_starts,
             build_retries=build_retries,
+            wake=self.layout.wake,
         )
         self._finalizer = weakref.finalize(self, release, self._pool.resources)
         # The tracker must run before any worker exists so that all share it (see _shm).
@@ -315,6 +317,7 @@ class SubprocVectorEnv(VectorFront):
             same_step=self.autoreset_mode is AutoresetMode.SAME_STEP,
             slots=self.copy and self._local is None,
             info_block=self.info_format in _BLOCK_INFO_FORMATS,
+            wake=self.layout.wake == FUTEX,
         )
         block = SharedBlock.create(plan.layout)
         spec = plan.attach_spec(

@@ -171,6 +171,7 @@ def test_spin_policy_follows_the_usable_cpus(
     partner: int | None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("SUBVEC_WAKE", "pipes")  # the partner and spin rules of the pipes
     layout = plan_layout(4, cpus=cpus, num_workers=2, spin_us=spin_us, parent_envs=parent_envs)
     assert layout.worker_spin_us == workers
     assert layout.parent_spin_us == parent
@@ -205,7 +206,8 @@ def test_a_cpu_quota_limits_the_default_layout(monkeypatch: pytest.MonkeyPatch) 
         envs.close()
 
 
-def test_the_partner_gets_the_smaller_share() -> None:
+def test_the_partner_gets_the_smaller_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUBVEC_WAKE", "pipes")  # the partner exists with the pipes only
     assert split(7, 3) == [(0, 3), (3, 5), (5, 7)]
     assert split(7, 3, extra_last=True) == [(0, 2), (2, 4), (4, 7)]
     assert split(16, 2, extra_last=True) == [(0, 8), (8, 16)]

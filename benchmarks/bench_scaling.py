@@ -1,0 +1,211 @@
+"""What each worker costs the parent per lock-step step, as the pool grows.
+
+N one-env workers whose envs sleep 2 ms a step (``time.sleep``: the cores stay free for the
+parent). For each N and each vector env, in a fresh interpreter: reset, warm up, then step
+``--steps`` times and report
+
+- the parent's CPU time (``getrusage(RUSAGE_SELF)``, user + system, every thread of the parent)
+  per step divided by N: what one worker costs the one process that serves them all;
+- the wall time per step minus the 2 ms of the env: the overhead a step adds to its slowest env.
+
+Vector envs: ``futex`` (subvec with the futex protocol, ``SUBVEC_WAKE=futex``), ``pipes``
+(subvec with the pipes alone, ``SUBVEC_WAKE=pipes``) and ``async`` (gymnasium's
+AsyncVectorEnv, shared memory). Rounds interleave the configurations; the table gives medians.
+
+    python benchmarks/bench_scaling.py --workers 8,32,64,128 --rounds 3 \\
+        --json benchmarks/results/scaling.jsonl --plot docs/img/scaling.svg
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+SLEEP_S = 0.002
+IMPLS = ("futex", "pipes", "async")
+
+
+class SleepEnv(gym.Env[np.ndarray, int]):
+    """A 4-float observation, two actions, a step that sleeps ``SLEEP_S``."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        time.sleep(SLEEP_S)
+        return np.zeros(4, np.float32), 1.0, False, False, {}
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(impl: str, workers: int, steps: int) -> dict[str, Any]:
+    """One configuration, in this interpreter."""
+    fns = [SleepEnv] * workers
+    if impl == "async":
+        envs: Any = gym.vector.AsyncVectorEnv(fns, shared_memory=True)
+        wake = "pipes"
+    else:
+        os.environ["SUBVEC_WAKE"] = impl
+        import subvec
+
+        envs = subvec.SubprocVectorEnv(fns, num_workers=workers)
+        wake = envs.layout.wake
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(workers, np.int64)
+        for _ in range(max(20, steps // 10)):
+            envs.step(actions)
+        cpu, wall = _cpu(), time.perf_counter()
+        for _ in range(steps):
+            envs.step(actions)
+        cpu, wall = _cpu() - cpu, time.perf_counter() - wall
+    finally:
+        envs.close()
+    return {
+        "impl": impl,
+        "wake": wake,
+        "workers": workers,
+        "steps": steps,
+        "parent_us_per_worker_step": cpu / steps / workers * 1e6,
+        "overhead_ms_per_step": (wall / steps - SLEEP_S) * 1e3,
+    }
+
+
+def _one(impl: str, workers: int, steps: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", f"{impl}:{workers}", "--steps", str(steps)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: medians per (workers, impl)."""
+    by: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        by.setdefault((row["workers"], row["impl"]), []).append(row)
+    impls = [i for i in IMPLS if any(k[1] == i for k in by)]
+    head = "| workers | " + " | ".join(f"{i} parent us/worker/step" for i in impls)
+    head += " | " + " | ".join(f"{i} overhead ms/step" for i in impls) + " |"
+    lines = [head, "|---:" * (1 + 2 * len(impls)) + "|"]
+    for n in sorted({k[0] for k in by}):
+        cpu = [statistics.median(r["parent_us_per_worker_step"] for r in by[(n, i)]) for i in impls]
+        ovh = [statistics.median(r["overhead_ms_per_step"] for r in by[(n, i)]) for i in impls]
+        cells = [f"{c:.2f}" for c in cpu] + [f"{o:.2f}" for o in ovh]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    """Two panels as an SVG file (no plotting library needed): parent CPU per worker and
+    step, and wall overhead per step, against the number of workers (log scale)."""
+    colours = {"futex": "#1b9e77", "pipes": "#d95f02", "async": "#7570b3"}
+    keys = (
+        ("parent_us_per_worker_step", "parent CPU us / worker / step"),
+        ("overhead_ms_per_step", "wall overhead ms / step"),
+    )
+    ns = sorted({r["workers"] for r in rows})
+    width, height, pad = 360, 260, 50
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * width}" height="{height + 30}"'
+        ' font-family="sans-serif" font-size="11">'
+    ]
+
+    def med(impl: str, key: str, n: int) -> float | None:
+        got = [r[key] for r in rows if r["impl"] == impl and r["workers"] == n]
+        return statistics.median(got) if got else None
+
+    for panel, (key, label) in enumerate(keys):
+        x0 = panel * width
+        top = max(v for i in IMPLS for n in ns if (v := med(i, key, n)) is not None) * 1.1
+
+        def xy(n: int, v: float, x0: int = x0, top: float = top) -> tuple[float, float]:
+            span = math.log(ns[-1] / ns[0]) or 1.0
+            x = x0 + pad + (width - 2 * pad) * math.log(n / ns[0]) / span
+            return x, height - pad + 20 - (height - 2 * pad) * v / top
+
+        parts.append(f'<text x="{x0 + pad}" y="15">{label}</text>')
+        left, bottom = x0 + pad, height - pad + 20
+        parts.append(
+            f'<line x1="{left}" y1="{bottom}" x2="{x0 + width - pad}" y2="{bottom}" '
+            'stroke="black"/>'
+        )
+        parts.append(f'<line x1="{left}" y1="{bottom}" x2="{left}" y2="30" stroke="black"/>')
+        for n in ns:
+            x, _ = xy(n, 0.0)
+            parts.append(f'<text x="{x - 8:.0f}" y="{bottom + 15}">{n}</text>')
+        for k in range(5):
+            v = top * k / 4
+            _, y = xy(ns[0], v)
+            parts.append(f'<text x="{left - 40}" y="{y + 4:.0f}">{v:.3g}</text>')
+        parts.append(f'<text x="{x0 + width / 2 - 20}" y="{bottom + 30}">workers</text>')
+        for i, impl in enumerate(IMPLS):
+            points = [(n, v) for n in ns if (v := med(impl, key, n)) is not None]
+            if not points:
+                continue
+            coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(n, v) for n, v in points))
+            colour = colours[impl]
+            parts.append(
+                f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2"/>'
+            )
+            parts.append(
+                f'<text x="{x0 + width - pad - 40}" y="{40 + 14 * i}" fill="{colour}">{impl}</text>'
+            )
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="8,32,64,128")
+    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="append every measurement to this JSON-lines file")
+    parser.add_argument("--plot", help="write the plot here (SVG)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        impl, n = args.one.split(":")
+        print(json.dumps(measure(impl, int(n), args.steps)))
+        return
+    rows = []
+    for r in range(args.rounds):
+        for n in [int(x) for x in args.workers.split(",")]:
+            for impl in args.impls.split(","):
+                row = _one(impl, n, args.steps)
+                row["round"] = r
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                if args.json:
+                    with open(args.json, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+    print(table(rows))
+    if args.plot:
+        plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()

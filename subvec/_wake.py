@@ -1,0 +1,261 @@
+"""Waking the workers and learning that they answered with O(1) system calls per command.
+
+With the pipes alone the parent pays a ``write`` per worker to wake it and a ``poll`` and a
+``read`` per reply: tens of microseconds per worker and step, which caps a pool of a hundred
+workers (docs/decisions/0024-futex-wake-protocol.md). With this protocol, after ATTACH:
+
+    parent                                        worker i
+    ------                                        --------
+    cmd[i] = seq << 8 | kind   (per worker)
+    remaining = workers commanded
+    gen += 1; FUTEX_WAKE(gen, all)  ──────────►  FUTEX_WAIT(gen) returns; cmd[i] is new
+                                                 kind STEP: step (actions in the block)
+                                                 kind PIPE: read and serve the command
+                                                 frames up to seq (as with the pipes alone)
+                                                 a payload or an error: a frame on the pipe
+    FUTEX_WAIT(remaining)       ◄──────────────  mark[i] = seq << 8 | status; then one
+    (the last worker wakes it)                   FUTEX_WAKE_OP: remaining -= 1 and wake the
+    scan mark[] with one numpy call              parent if it was at most level + 1
+
+The decrement is atomic (done by the kernel), so only the last worker to answer wakes the
+parent; ``level`` lets a wait for some of the workers (``collect_ready``) wake earlier. The
+count is only a hint: the marks are the truth, and every wait rechecks them. A stale answer (to
+a command the parent stopped waiting for) may skew the count; the parent's wait is cut into
+slices (:data:`SLICE_S`), and between slices it also polls the workers' sentinels, so a death
+is seen within a slice and a skewed count costs at most one slice.
+
+Everything variable-size (calls, resets, errors, payload replies) still travels on the pipes;
+only the wake-ups and the plain answers move to the block. Where the futex is missing (not
+Linux, an unknown architecture, a sandbox that forbids the call) the pool keeps the pipes
+alone, chosen once at start (:func:`choose`; ``envs.layout.wake``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "FUTEX",
+    "MIN_WORKERS",
+    "PIPES",
+    "SLICE_S",
+    "Bell",
+    "available",
+    "choose",
+    "control_regions",
+]
+
+#: the two protocols, as ``Layout.wake`` names them
+FUTEX, PIPES = "futex", "pipes"
+#: The futex protocol serves pools of at least this many workers; fewer keep the pipes, whose
+#: partner and spin rules are tuned for a few workers on a few CPUs (decision 0024: at 8
+#: workers the futex saved parent CPU but lost wall time per step; from 32 on it saves 2-3.5x).
+MIN_WORKERS = 16
+#: The longest a parent wait sleeps without looking at the workers' sentinels.
+SLICE_S = 0.01
+#: ``SUBVEC_WAKE=pipes`` keeps the pipes, ``=futex`` takes the futex at any worker count.
+ENV_VAR = "SUBVEC_WAKE"
+
+#: kinds of command in ``cmd`` (the low byte); the rest of the word is the command's seq
+STEP_KIND, PIPE_KIND = 1, 2
+#: statuses in ``mark``: a plain OK (everything in the block), or a frame on the reply pipe
+MARK_OK, MARK_PIPE = 1, 2
+
+_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
+_FUTEX_WAIT, _FUTEX_WAKE, _FUTEX_WAKE_OP = 0, 1, 5
+_FUTEX_OP_ADD, _FUTEX_OP_CMP_LE = 1, 3
+_WAKE_ALL = 2**31 - 1
+_EAGAIN, _EINTR, _ETIMEDOUT = 11, 4, 110
+
+# The control words (uint32): the generation the workers wait on, and the countdown the parent
+# waits on, a cache line apart (the workers write one, the parent the other), then the level,
+# and a word nobody waits on: FUTEX_WAKE_OP's first word (the kernel wakes one waiter there
+# even when asked for none).
+_GEN, _REMAINING, _LEVEL, _NOBODY = 0, 16, 17, 18
+_WORDS = 32
+CONTROL, COMMANDS, MARKS = "wake", "wake_cmd", "wake_mark"
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _syscall() -> tuple[Any, int] | None:
+    number = _SYSCALL.get(platform.machine().lower())
+    if sys.platform != "linux" or number is None:
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.syscall
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_long
+    fn.argtypes = [
+        ctypes.c_long,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int,
+    ]
+    return fn, number
+
+
+_FN = _syscall()
+_probed: bool | None = None
+
+
+def available() -> bool:
+    """Whether shared futexes work here: one FUTEX_WAKE and one FUTEX_WAKE_OP on a word of a
+    shared mapping (a seccomp filter may forbid them; other systems lack them). Probed once."""
+    global _probed
+    if _probed is None:
+        _probed = False
+        if _FN is not None:
+            fn, number = _FN
+            area = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_SHARED)
+            try:
+                word = ctypes.c_uint32.from_buffer(area)
+                address = ctypes.addressof(word)
+                woke = fn(number, address, _FUTEX_WAKE, 1, None, None, 0)
+                op = _wake_op_code(0)
+                woke_op = fn(number, address, _FUTEX_WAKE_OP, 0, 1, address, op)
+                _probed = woke == 0 and woke_op == 0 and word.value == 2**32 - 1
+                del word
+            finally:
+                area.close()
+    return _probed
+
+
+def choose(num_workers: int, max_active: int | None, environ: Any = None) -> str:
+    """The protocol for a pool of ``num_workers``: the futex from :data:`MIN_WORKERS` workers
+    when it is available and every worker may work at once (turns keep the pipes); the pipes
+    otherwise. ``SUBVEC_WAKE`` (``pipes`` or ``futex``) overrides the count.
+
+    Raises:
+        ValueError: ``SUBVEC_WAKE`` is neither ``pipes`` nor ``futex``.
+    """
+    asked = (os.environ if environ is None else environ).get(ENV_VAR, "")
+    if asked not in ("", FUTEX, PIPES):
+        raise ValueError(f"{ENV_VAR} must be {FUTEX!r} or {PIPES!r}, got {asked!r}")
+    if asked == PIPES or max_active is not None or not available():
+        return PIPES
+    return FUTEX if asked == FUTEX or num_workers >= MIN_WORKERS else PIPES
+
+
+def control_regions(num_workers: int) -> list[tuple[str, np.dtype[Any], tuple[int, ...]]]:
+    """The block regions of the protocol (see ``_block``)."""
+    return [
+        (CONTROL, np.dtype(np.uint32), (_WORDS,)),
+        (COMMANDS, np.dtype(np.uint64), (num_workers,)),
+        (MARKS, np.dtype(np.uint64), (num_workers,)),
+    ]
+
+
+def _wake_op_code(level: int) -> int:
+    """FUTEX_OP(ADD, -1, CMP_LE, level + 1): decrement, and wake if the old value was at most
+    ``level + 1`` (the new one at most ``level``; a stale answer's extra decrement only makes
+    the wake come sooner)."""
+    return (_FUTEX_OP_ADD << 28) | (_FUTEX_OP_CMP_LE << 24) | (0xFFF << 12) | ((level + 1) & 0xFFF)
+
+
+class Bell:
+    """Both sides of the protocol over the block's control regions.
+
+    Args:
+        views: the block's views (the regions of :func:`control_regions`).
+    """
+
+    def __init__(self, views: dict[str, np.ndarray]) -> None:
+        assert _FN is not None
+        self._fn, self._number = _FN
+        self.words = views[CONTROL]
+        self.cmd = views[COMMANDS]
+        self.mark = views[MARKS]
+        base = self.words.ctypes.data
+        self._gen = base + 4 * _GEN
+        self._remaining = base + 4 * _REMAINING
+        self._nobody = base + 4 * _NOBODY
+        self._timespec = _Timespec()
+        self._timeout = ctypes.addressof(self._timespec)
+
+    # --- parent ----------------------------------------------------------------------------
+
+    def ring(self, count: int, level: int = 0) -> None:
+        """Wake every waiting worker after their ``cmd`` words were set (``count`` of them
+        commanded; the last to answer wakes the parent)."""
+        words = self.words
+        words[_LEVEL] = level
+        words[_REMAINING] = count
+        words[_GEN] += 1
+        self._fn(self._number, self._gen, _FUTEX_WAKE, _WAKE_ALL, None, None, 0)
+
+    def set_level(self, level: int) -> None:
+        """Ask the workers still to answer to wake the parent once at most ``level`` are left."""
+        self.words[_LEVEL] = level
+
+    def level(self) -> int:
+        """The level the workers wake the parent at (see :meth:`ring`)."""
+        return int(self.words[_LEVEL])
+
+    def remaining(self) -> int:
+        """The countdown (a hint: see the module docstring), signed: stale answers may take
+        it below zero."""
+        value = int(self.words[_REMAINING])
+        return value - 2**32 if value >= 2**31 else value
+
+    def sleep(self, seen: int, timeout: float) -> bool:
+        """Sleep while the countdown is ``seen``, at most ``timeout`` seconds. Returns True
+        when woken or the countdown had changed, False when the time ran out or a signal came
+        (the caller then looks at the sentinels, and Python runs the signal's handler)."""
+        spec = self._timespec
+        spec.tv_sec = int(timeout)
+        spec.tv_nsec = int((timeout - int(timeout)) * 1e9)
+        fn = self._fn
+        if fn(
+            self._number, self._remaining, _FUTEX_WAIT, seen & 0xFFFFFFFF, self._timeout, None, 0
+        ):
+            return ctypes.get_errno() == _EAGAIN
+        return True
+
+    # --- worker ----------------------------------------------------------------------------
+
+    def wait_command(self, index: int, seen: int, spin_s: float) -> int:
+        """Block until worker ``index``'s command word differs from ``seen``; return it.
+        Busy-looks at it for up to ``spin_s`` first (without a system call)."""
+        cmd, words = self.cmd, self.words
+        value = int(cmd[index])
+        if value != seen:
+            return value
+        if spin_s:
+            deadline = time.perf_counter() + spin_s
+            while time.perf_counter() < deadline:
+                value = int(cmd[index])
+                if value != seen:
+                    return value
+        fn, number, gen = self._fn, self._number, self._gen
+        while True:
+            generation = int(words[_GEN])
+            value = int(cmd[index])
+            if value != seen:
+                return value
+            fn(number, gen, _FUTEX_WAIT, generation, None, None, 0)
+
+    def answer(self, index: int, seq: int, status: int) -> None:
+        """Mark worker ``index``'s answer to command ``seq`` and count it down."""
+        self.mark[index] = (seq << 8) | status
+        op = _wake_op_code(int(self.words[_LEVEL]))
+        self._fn(self._number, self._nobody, _FUTEX_WAKE_OP, 0, 1, self._remaining, op)
+
+    def close(self) -> None:
+        """Drop the views (so that the block can unmap)."""
+        self.words = self.cmd = self.mark = np.empty(0, np.uint64)
