@@ -39,8 +39,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 CHUNKS = (1, 4, 8, 16)
 
@@ -198,7 +196,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         key = (r["backend"], r["workload"])
         limit = limits.get(("subproc", r["workload"])) if r["backend"] == "subproc" else None
         of_limit = f"{r['steps_per_s'] / limit:.0%}" if limit else ""
-        x_step = f"{r['steps_per_s'] / steps[key]:.2f}" if key in steps and r["how"] != "limit" else ""
+        x_step = ""
+        if key in steps and r["how"] != "limit":
+            x_step = f"{r['steps_per_s'] / steps[key]:.2f}"
         lines.append(
             f"| {r['backend']} | {r['workload']} | {r['num_envs']} | {r['how']} | "
             f"{r['steps_per_s']:,.0f} | {r['us_per_env_step']:.2f} | {of_limit} | {x_step} |"
@@ -221,7 +221,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.quick:
         args.duration, args.warmup, args.repeats = 0.3, 0.1, 1
-    out_dir = Path(args.out_dir or (tempfile.mkdtemp() if args.quick else ROOT / "benchmarks/results"))
+    default = tempfile.mkdtemp() if args.quick else ROOT / "benchmarks" / "results"
+    out_dir = Path(args.out_dir or default)
     out_dir.mkdir(parents=True, exist_ok=True)
     plan = configs(args)
     runs: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(plan))}
@@ -233,8 +234,11 @@ def main(argv: list[str] | None = None) -> None:
             if "error" in result:
                 raise SystemExit(f"{plan[i]['how']} {plan[i]['workload']}: {result['error']}")
             runs[i].append(result)
-            print(f"  {plan[i]['backend']} {plan[i]['workload']} {plan[i]['how']}: "
-                  f"{result['steps_per_s']:,.0f} env-steps/s", flush=True)
+            print(
+                f"  {plan[i]['backend']} {plan[i]['workload']} {plan[i]['how']}: "
+                f"{result['steps_per_s']:,.0f} env-steps/s",
+                flush=True,
+            )
     rows = []
     for i, cfg in enumerate(plan):
         rate = statistics.median(r["steps_per_s"] for r in runs[i])

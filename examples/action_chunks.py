@@ -111,7 +111,7 @@ def run(args: Args, chunked: bool) -> tuple[float, float]:
         for _ in range(args.chunks):
             actions = policy(obs)  # (num_envs, K, 2)
             if chunked:
-                obs, rewards, _, _, infos = envs.step_chunk(actions)
+                obs, rewards, _, _, _ = envs.step_chunk(actions)
                 total += float(rewards.sum())
             else:
                 for k in range(args.chunk):  # K round trips, K batches of images
@@ -133,7 +133,8 @@ def main() -> None:
     assert np.isclose(loop_reward, chunk_reward), (loop_reward, chunk_reward)
     print(f"K step() calls  : {loop_s:6.3f} s  {steps / loop_s:9.0f} env-steps/s")
     print(f"one step_chunk  : {chunk_s:6.3f} s  {steps / chunk_s:9.0f} env-steps/s")
-    print(f"same rewards from the same seeds ({chunk_reward:.3f}); step_chunk {loop_s / chunk_s:.2f}x")
+    speedup = loop_s / chunk_s
+    print(f"same rewards from the same seeds ({chunk_reward:.3f}); step_chunk {speedup:.2f}x")
 
 
 if __name__ == "__main__":

@@ -38,8 +38,8 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
 from subvec._block import bind_rows, slot_writers
-from subvec._chunks import ChunkAttachment, run_chunk
 from subvec._bootstrap import Lifeline, adopt_registry, tie_to_parent
+from subvec._chunks import ChunkAttachment, run_chunk
 from subvec._gpus import gpu_environment
 from subvec._infos import InfoBlockWriter, to_columns
 from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
@@ -380,10 +380,10 @@ class _Server:
             self.env_steps_some += done.executed
             if done.is_empty():
                 return Status.OK, b""
-            reply = proto.ChunkReply(done.infos, done.obs, done.sub_obs)
+            answer = proto.ChunkReply(done.infos, done.obs, done.sub_obs)
             items = [(i, info) for i, _, info in done.infos]
             return Status.OK_PAYLOAD, self._dump_per_env(
-                reply, "the info", [*items, *(done.obs or ()), *(done.sub_obs or ())]
+                answer, "the info", [*items, *(done.obs or ()), *(done.sub_obs or ())]
             )
         elif command is Command.CALL:
             call: proto.CallPayload = proto.loads(payload)
