@@ -194,10 +194,9 @@ class ChunkAttachment:
             observation_space: the unit's single observation space when observations are in
                 the blocks (None: they travel by value).
         """
-        views = self.views
-        if views is not None and views.spec == spec:
-            return views
-        self.close()
+        if self.views is not None and self.views.spec == spec:
+            return self.views
+        self.close()  # no view of the old block may be left here: it unmaps now
         assert spec.name is not None
         space = observation_space if spec.obs_rows else None
         layout = plan_chunk_block(spec.num_envs, spec.capacity, space)

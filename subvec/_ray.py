@@ -43,6 +43,8 @@ from subvec._block import ActionRegions, _act, _action_itemsize
 from subvec._infos import InfoEvent
 from subvec._protocol import (
     CallPayload,
+    ChunkPayload,
+    ChunkReply,
     Command,
     ErrorRecord,
     ResetOptionsPayload,
@@ -257,6 +259,8 @@ class EnvActor:
                 outcome = Status.OK_PAYLOAD, reply
             elif command == Command.STEP_ENVS:
                 outcome = self._step_envs(payload)
+            elif command == Command.STEP_CHUNK:
+                outcome = self._step_chunk(payload)
             elif command == Command.CALL:
                 call: CallPayload = payload
                 ids = None if call.envs is None else list(call.envs)
@@ -320,6 +324,27 @@ class EnvActor:
         # events are numbered by position in ``done``: renumber them by local env
         events = [(done[i], info) for i, info in reply.events]
         return Status.OK_PAYLOAD, (reply._replace(events=events), done, errors)
+
+    def _step_chunk(self, payload: ChunkPayload) -> tuple[Status, Any]:
+        """One chunk on the local vector env (its workers run the sub-steps): the reply
+        holds the arrays, the events ``(local env, sub-step, info)`` and, for observations
+        that travel by value, each env's last one."""
+        env = self.env
+        space = env.single_action_space
+        actions = _spaces.build_views(space, iter(payload.actions))
+        obs, rewards, terms, truncs, infos = env.step_chunk(
+            actions, stop_on_done=payload.stop_on_done, all_obs=payload.all_obs
+        )
+        events = [
+            (i, k, event)
+            for i, info in enumerate(infos)  # info_format="list": per env, per sub-step
+            for k, sub in enumerate(info["infos"])
+            for _, event in _events([sub], self._same_step)
+        ]
+        steps = np.array([info["chunk_steps"] for info in infos], dtype=np.int64)
+        by_value = self._obs(obs) if self._obs_by_value else None
+        arrays = (rewards, terms, truncs, steps, None if by_value is not None else obs)
+        return Status.OK_PAYLOAD, ChunkReply(events, by_value, None, arrays)
 
     def _obs_batch(self, obs_rows: list[Any]) -> Any:
         if self._obs_by_value:

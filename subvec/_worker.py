@@ -277,6 +277,7 @@ class _Server:
                 self.slab.arrays = None
                 # Our views of the block go first, so that it unmaps now.
                 self.info_block, self.obs_writers, self.obs_slot_cell = None, [], None
+                self.chunks.close()
                 if self.bell is not None:
                     self.bell.close()
                 self.block.close()

@@ -48,7 +48,7 @@ from subvec._plan import (
 from subvec._pool import WorkerPool, release
 from subvec._protocol import Command
 from subvec._recycle import RecyclePolicy
-from subvec._shm import SharedBlock
+from subvec._shm import BlockLayout, SharedBlock
 from subvec._starts import BuildFailure, check_build_retries, check_max_concurrent_starts
 from subvec._state import _WAITING, _State
 from subvec._stats import WorkerStats, worker_stats
@@ -410,6 +410,22 @@ class SubprocVectorEnv(VectorFront):
             )
         self.step_async(actions)
         return self.step_wait()
+
+    # --- action chunks -----------------------------------------------------------------------
+
+    def _chunk_obs_rows(self) -> bool:
+        return self._obs_shared
+
+    def _new_chunk_block(self, layout: BlockLayout) -> tuple[str | None, dict[str, np.ndarray]]:
+        """A shared-memory chunk block, in place of the last one (units map the new one when
+        the next chunk command names it; the pool's resources own it, as the main block)."""
+        resources = self._pool.resources
+        old, resources.chunk_block = resources.chunk_block, None
+        self.__dict__.pop("_chunk_views", None)
+        if old is not None:
+            old.close()
+        block = resources.chunk_block = SharedBlock.create(layout)
+        return block.name, block.views
 
     # --- close and introspection -------------------------------------------------------------
 
