@@ -64,6 +64,10 @@ def _suite() -> Any:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    import cloudpickle
+
+    # its env factories reach the workers by value: they cannot import this module by name
+    cloudpickle.register_pickle_by_value(module)
     return module
 
 

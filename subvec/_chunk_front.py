@@ -16,6 +16,7 @@ so that the next ``step`` and the autoreset bookkeeping (DISABLED's refusal) rea
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from copy import deepcopy
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 from subvec import _spaces
 from subvec._chunks import ChunkViews, capacity_for, plan_chunk_block
 from subvec._infos import as_events
-from subvec._merge import Part, merge_chunk_infos
+from subvec._merge import Part, merge_chunk_infos, with_chunk_axis
 from subvec._protocol import ChunkBlockSpec, ChunkPayload, ChunkReply, Command
 from subvec._shm import BlockLayout
 from subvec._state import _State
@@ -74,6 +75,8 @@ class ChunkStepping:
         def _collect(self, state: _State, timeout: float | None) -> list[Part]: ...
 
         def _observations_out(self, parts: Sequence[Part]) -> Any: ...
+
+        def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]: ...
 
     def step_chunk(
         self, actions: Any, stop_on_done: bool = False, all_obs: bool = False
@@ -127,21 +130,61 @@ class ChunkStepping:
                 f"{self.single_observation_space}"
             )
         chunk = batch.chunk
+        if chunk == 1:
+            # One sub-step is one step(): the backends' quickest round trip, one command per
+            # unit all the same.
+            return self._one_step_chunk(batch, all_obs)
         views = self._chunk_room(chunk, all_obs)
         views.steps[:] = 0  # the progress counts: a unit lost mid-chunk leaves its own
         spec = views.spec
+        payload: ChunkPayload | None = None
+        per_unit = None
+        if views.action_space is not None and all(
+            leaf.dtype == spec_.dtype for leaf, spec_ in zip(batch.leaves, self._chunk_leaves)
+        ):
+            # In the block: one small command, the same for every unit.
+            for target, leaf in zip(views.actions(chunk), batch.leaves):
+                np.copyto(target, leaf)
+            payload = ChunkPayload(chunk, stop_on_done, all_obs, None, spec)
+        else:
 
-        def per_unit(unit: Any) -> ChunkPayload:
-            rows = batch.rows(unit.lo, unit.hi).leaves
-            return ChunkPayload(chunk, stop_on_done, all_obs, rows, spec)
+            def per_unit(unit: Any) -> ChunkPayload:
+                rows = batch.rows(unit.lo, unit.hi).leaves
+                return ChunkPayload(chunk, stop_on_done, all_obs, rows, spec)
 
         self._prepare_step()
-        self._send(Command.STEP_CHUNK, per_unit=per_unit)
+        self._send(Command.STEP_CHUNK, payload, per_unit=per_unit)
         self._state = _State.WAITING_CHUNK
         parts = self._collect(_State.WAITING_CHUNK, None)
         return self._chunk_results(parts, views, chunk, all_obs)
 
+    def _one_step_chunk(self, batch: _spaces.ChunkBatch, all_obs: bool) -> ChunkResults:
+        """A chunk of one sub-step as the ``step()`` it stands for, its results given the
+        chunk axis."""
+        leaves = iter([leaf[:, 0] for leaf in batch.leaves])
+        obs, rewards, terms, truncs, infos = self.step(
+            _spaces.build_views(self.single_action_space, leaves)
+        )
+        if all_obs:
+            obs = _with_axis(obs)
+        steps = np.ones(self.num_envs, dtype=np.int64)
+        if self.info_format == "list":
+            infos = [{"chunk_steps": 1, "infos": [info]} for info in infos]
+        else:
+            infos = with_chunk_axis(infos, self.num_envs, 1)
+            infos["chunk_steps"] = steps
+        return obs, rewards[:, None], terms[:, None], truncs[:, None], infos
+
     # --- the chunk block -----------------------------------------------------------------
+
+    @functools.cached_property
+    def _chunk_leaves(self) -> list[_spaces.LeafSpec]:
+        return _spaces.leaf_specs(self.single_action_space)
+
+    def _chunk_act_rows(self) -> bool:
+        """Whether the chunk's actions go to the chunk block (else they travel in the
+        commands): the process backend's."""
+        return False
 
     def _chunk_obs_rows(self) -> bool:
         """Whether the units write every sub-step's observation into the chunk block (else
@@ -168,10 +211,11 @@ class ChunkStepping:
         # (no view of the old block is held here: it unmaps as it is replaced)
         capacity = capacity_for(chunk)
         space = self.single_observation_space if obs_rows else None
-        layout = plan_chunk_block(self.num_envs, capacity, space)
+        actions = self.single_action_space if self._chunk_act_rows() else None
+        layout = plan_chunk_block(self.num_envs, capacity, space, actions)
         name, raw = self._new_chunk_block(layout)
         spec = ChunkBlockSpec(name, self.num_envs, capacity, obs_rows)
-        self._chunk_views = ChunkViews(raw, spec, space)
+        self._chunk_views = ChunkViews(raw, spec, space, actions)
         return self._chunk_views
 
     # --- results ---------------------------------------------------------------------------
@@ -261,6 +305,15 @@ class ChunkStepping:
         if fresh:
             return obs_rows
         return deepcopy(obs_rows) if self.copy else obs_rows
+
+
+def _with_axis(batch: Any) -> Any:
+    """``batch`` (a nest of ``(n, ...)`` arrays) as ``(n, 1, ...)`` views."""
+    if isinstance(batch, dict):
+        return {k: _with_axis(v) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_with_axis(v) for v in batch)
+    return batch[:, None]
 
 
 def _row_view(batch: Any, i: int) -> Any:

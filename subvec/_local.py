@@ -59,7 +59,8 @@ class LocalShare:
         self._command = Command.STEP
         #: the chunk block, mapped here as a worker maps it (``_chunks``)
         self._chunks = ChunkAttachment()
-        self._obs_space: Any = None
+        #: the single observation and action spaces of what the blocks hold (None: by value)
+        self._spaces: tuple[Any, Any] = (None, None)
 
     # --- the unit --------------------------------------------------------------------------
 
@@ -84,7 +85,7 @@ class LocalShare:
     def bind(self, views: dict[str, Any], spec: AttachSpec) -> None:
         """Give the envs their rows of the block, as a worker's are given."""
         self.slab.bind(bind_rows(views, spec, self.lo, self.hi))
-        self._obs_space = spec.observation_space
+        self._spaces = (spec.observation_space, spec.action_space)
 
     def send(
         self,
@@ -110,8 +111,8 @@ class LocalShare:
         elif command is Command.STEP_ENVS:
             self._pending = lambda: slab.step_envs(payload.envs, payload.actions)
         elif command is Command.STEP_CHUNK:
-            chunks, space = self._chunks, self._obs_space
-            self._pending = lambda: run_chunk(slab, payload, chunks.get(payload.block, space))
+            views = self._chunks.get(payload.block, *self._spaces)
+            self._pending = lambda: run_chunk(slab, payload, views)
         elif command is Command.CALL:
             self._pending = lambda: slab.call(
                 payload.name, payload.args, payload.kwargs, payload.envs, payload.function

@@ -26,6 +26,7 @@ __all__ = [
     "Part",
     "make_merger",
     "merge_chunk_infos",
+    "with_chunk_axis",
 ]
 
 #: (first env index of a unit, (infos, by-value observations) or None)
@@ -180,14 +181,16 @@ def merge_chunk_infos(
                 infos = add_info(infos, info, i * chunk + k)
             except OverflowError as exc:
                 raise _overflow(infos, info, i, "gymnasium's merge") from exc
-    infos = _with_chunk_axis(infos, num_envs, chunk)
+    infos = with_chunk_axis(infos, num_envs, chunk)
     infos["chunk_steps"] = np.asarray(steps, dtype=np.int64).copy()
     return infos
 
 
-def _with_chunk_axis(infos: dict[str, Any], num_envs: int, chunk: int) -> dict[str, Any]:
+def with_chunk_axis(infos: dict[str, Any], num_envs: int, chunk: int) -> dict[str, Any]:
+    """``infos`` merged over ``num_envs * chunk`` rows (gymnasium or legacy format) with
+    every array and mask reshaped ``(num_envs, chunk, ...)``."""
     return {
-        key: _with_chunk_axis(value, num_envs, chunk)
+        key: with_chunk_axis(value, num_envs, chunk)
         if isinstance(value, dict)
         else value.reshape(num_envs, chunk, *value.shape[1:])
         for key, value in infos.items()

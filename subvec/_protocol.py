@@ -213,13 +213,14 @@ class ChunkPayload(NamedTuple):
     """STEP_CHUNK: K sub-steps of each of the unit's envs (``EnvSlab.step_chunk``).
 
     ``actions`` holds the unit's rows of each action leaf, ``(envs, K, *shape)`` in the
-    caller's dtype (``_spaces.ChunkBatch``). The reply is OK (everything in the blocks) or a
+    caller's dtype (``_spaces.ChunkBatch``), or is None: the actions are in the chunk block,
+    in the space's dtypes. The reply is OK (everything in the blocks) or a
     :class:`ChunkReply`."""
 
     chunk: int
     stop_on_done: bool
     all_obs: bool
-    actions: tuple[Any, ...]
+    actions: tuple[Any, ...] | None
     block: ChunkBlockSpec | None
 
 

@@ -331,6 +331,7 @@ class EnvActor:
         that travel by value, each env's last one."""
         env = self.env
         space = env.single_action_space
+        assert payload.actions is not None  # by value: the driver's arrays are not ours
         actions = _spaces.build_views(space, iter(payload.actions))
         obs, rewards, terms, truncs, infos = env.step_chunk(
             actions, stop_on_done=payload.stop_on_done, all_obs=payload.all_obs

@@ -679,6 +679,10 @@ def _shape_text(num_envs: int, shape: tuple[int, ...]) -> str:
     return "(" + ", ".join([str(num_envs), "K", *map(str, shape)]) + ")"
 
 
+#: the spaces that are one fixed-size leaf
+_LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
 def chunk_actions(space: spaces.Space[Any], actions: Any, num_envs: int) -> ChunkBatch:
     """Check a batch of action chunks before anything is sent, and give its leaves as arrays.
 
@@ -703,6 +707,18 @@ def chunk_actions(space: spaces.Space[Any], actions: Any, num_envs: int) -> Chun
         ValueError: a leaf's shape is not ``(num_envs, K, *single_shape)`` with K >= 1, or
             the leaves disagree on K; the message names the expected and the given shape.
     """
+    if (
+        type(actions) is np.ndarray
+        and isinstance(
+            space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+        )
+        and actions.dtype == space.dtype
+        and actions.ndim == 2 + len(space.shape or ())
+        and actions.shape[0] == num_envs
+        and actions.shape[1] > 0
+        and actions.shape[2:] == space.shape
+    ):
+        return ChunkBatch(actions.shape[1], (actions,))  # the usual case: nothing to convert
     if not is_shareable(space):
         raise TypeError(
             f"step_chunk needs a fixed-size action space (Box, Discrete, MultiDiscrete, "

@@ -183,10 +183,11 @@ class _Server:
         #: with observation slots: a row writer per slot, and the cell that picks one
         self.obs_writers: list[Any] = []
         self.obs_slot_cell: memoryview | None = None
-        #: the chunk block named by the last STEP_CHUNK, and the single observation space of
-        #: the observations in the blocks (None: by value)
+        #: the chunk block named by the last STEP_CHUNK, and the single observation and action
+        #: spaces of what the blocks hold (None: by value)
         self.chunks = ChunkAttachment()
         self.obs_space: Any = None
+        self.act_space: Any = None
         #: STEP commands served, seconds handling commands, seconds waiting for them (kept
         #: here by ``serve`` before each command but the usual step), env steps of STEP_ENVS
         self.steps = 0
@@ -377,7 +378,8 @@ class _Server:
         elif command is Command.STEP_CHUNK:
             chunk: proto.ChunkPayload = proto.loads(payload)
             assert chunk.block is not None
-            done = run_chunk(slab, chunk, self.chunks.get(chunk.block, self.obs_space))
+            views = self.chunks.get(chunk.block, self.obs_space, self.act_space)
+            done = run_chunk(slab, chunk, views)
             self.env_steps_some += done.executed
             if done.is_empty():
                 return Status.OK, b""
@@ -484,7 +486,7 @@ class _Server:
             self.info_block = InfoBlockWriter(views, self.index, lo, hi)
         self.obs_writers, self.obs_slot_cell = slot_writers(views, spec, lo, hi)
         self.slab.bind(bind_rows(views, spec, lo, hi))
-        self.obs_space = spec.observation_space
+        self.obs_space, self.act_space = spec.observation_space, spec.action_space
         if spec.wake:
             self.bell = Bell(views)
             self.bell_seen = int(self.bell.cmd[self.index])

@@ -416,6 +416,9 @@ class SubprocVectorEnv(VectorFront):
     def _chunk_obs_rows(self) -> bool:
         return self._obs_shared
 
+    def _chunk_act_rows(self) -> bool:
+        return True
+
     def _new_chunk_block(self, layout: BlockLayout) -> tuple[str | None, dict[str, np.ndarray]]:
         """A shared-memory chunk block, in place of the last one (units map the new one when
         the next chunk command names it; the pool's resources own it, as the main block)."""

@@ -6,6 +6,7 @@ The in-process engine's own tests are tests/test_chunk_slab.py; Ray's are in tes
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import gymnasium as gym
@@ -130,7 +131,10 @@ def test_infos_gain_the_chunk_axis() -> None:
 
 
 def test_chunk_k_grows_and_the_block_is_replaced() -> None:
-    before = set(list_segments())
+    def ours() -> set[str]:  # this process's segments (other test runs may share /dev/shm)
+        return {s for s in list_segments() if s.startswith(f"subvec_{os.getpid()}_")}
+
+    before = ours()
     with SubprocVectorEnv([_cartpole] * 3, num_workers=2) as envs:
         envs.reset(seed=0)
         for chunk in (2, 8, 9, 33, 4):
@@ -139,8 +143,8 @@ def test_chunk_k_grows_and_the_block_is_replaced() -> None:
         spec = envs._chunk_views.spec  # type: ignore[union-attr]
         assert spec.capacity == 64 and spec.obs_rows
         # the main block and one chunk block: a replaced one is unlinked at once
-        assert len(set(list_segments()) - before) == 2
-    assert not set(list_segments()) - before
+        assert len(ours() - before) == 2
+    assert not ours() - before
 
 
 def test_stats_count_sub_steps_as_steps() -> None:
