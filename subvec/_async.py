@@ -30,14 +30,20 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec import _protocol as proto
 from subvec._backend import Backend, Failure, Outcome, Unit
 from subvec._block import BatchViews, ObsSlots
 from subvec._calls import checked_env_ids
+from subvec._commands import (
+    Command,
+    ResetPayload,
+    Status,
+    StepEnvsPayload,
+    UnitReply,
+    rebuild_remote_error,
+)
 from subvec._failures import FailurePolicy
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, make_merger
-from subvec._protocol import Command, ResetPayload, Status, StepEnvsPayload
 from subvec._seeding import SeedArg
 from subvec._slab import FinalObsInBlock
 from subvec._spaces import ObsSplit, per_env_actions, without_tensors
@@ -457,13 +463,12 @@ class AsyncStepping:
             return
         infos, by_value, records = (None, None, None)
         if status is Status.OK_PAYLOAD:
-            infos, by_value = value[0], value[1]
-            records = value[2] if len(value) > 2 else None
+            infos, by_value, records = value
         events: dict[int, list[dict[str, Any]]] = {}
         for local, info in as_events(infos) if infos else ():
             events.setdefault(unit.lo + local, []).append(info)
         errors = {
-            unit.lo + local: proto.rebuild_remote_error(record, unit.pid)
+            unit.lo + local: rebuild_remote_error(record, unit.pid)
             for local, record in records or ()
         }
         obs_by_env = {unit.lo + local: obs for local, obs in by_value or ()}
@@ -560,13 +565,13 @@ class AsyncStepping:
             _, flying = self._flight.pop(index, ("", []))
             queued = self._queued.pop(index, {})
             status, value = got[index]
-            infos = value[0] if status is Status.OK_PAYLOAD else None
+            infos = value.infos if status is Status.OK_PAYLOAD else None
             events: dict[int, list[dict[str, Any]]] = {}
             for local, info in as_events(infos) if infos else ():
                 events.setdefault(unit.lo + local, []).append(info)
             by_value = {}
-            if status is Status.OK_PAYLOAD and value[1]:
-                by_value = {unit.lo + local: obs for local, obs in value[1]}
+            if status is Status.OK_PAYLOAD and value.obs:
+                by_value = {unit.lo + local: obs for local, obs in value.obs}
             for env in range(unit.lo, unit.hi):
                 result = self._result(env, True, events.get(env, []), by_value)
                 result.truncated, result.restarted = True, True
@@ -618,9 +623,13 @@ class AsyncStepping:
             rewards = np.array([r.reward for r in results], dtype=np.float64)
             terminations = np.array([r.terminated for r in results], dtype=np.bool_)
             truncations = np.array([r.truncated for r in results], dtype=np.bool_)
-            parts = [(row, ([(0, e) for e in r.events], None)) for row, r in enumerate(results)]
+            parts = [
+                (row, UnitReply([(0, e) for e in r.events], None))
+                for row, r in enumerate(results)
+                if r.events
+            ]
             restarted = [row for row, r in enumerate(results) if r.restarted]
-            infos = merger.merge([p for p in parts if p[1][0]], restarted)
+            infos = merger.merge(parts, restarted)
         self._leave_async_if_done()
         if self.info_format == "list":
             for row, info in enumerate(infos):

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subvec._backend import Unit
+from subvec._commands import CallPayload, Command, SetAttrPayload
 from subvec._merge import Part
-from subvec._protocol import CallPayload, Command, SetAttrPayload
 from subvec._state import _State
 
 __all__ = ["EnvCalls", "EnvIds"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from subvec._backend import PLAIN, Backend, Failure, Outcome, Unit
-from subvec._protocol import Command, ResetPayload
+from subvec._commands import Command, ResetPayload
 from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note
 
 __all__ = ["BROKEN_ADVICE", "DEFAULT_MAX_RESTARTS", "FailurePolicy", "RestartRecord", "Restarted"]

@@ -37,21 +37,22 @@ from gymnasium.vector.utils import (
 )
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
-from subvec import _protocol as proto
 from subvec._async import AsyncStepping
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
 from subvec._block import BatchViews
 from subvec._calls import EnvCalls, EnvIds
-from subvec._failures import FailurePolicy, RestartRecord
-from subvec._infos import as_events
-from subvec._merge import InfoMerger, Part, make_merger
-from subvec._protocol import (
+from subvec._commands import (
     Command,
     ResetOptionsPayload,
     ResetPayload,
     Status,
     StepPayload,
+    UnitReply,
+    raise_first,
 )
+from subvec._failures import FailurePolicy, RestartRecord
+from subvec._infos import as_events
+from subvec._merge import InfoMerger, Part, make_merger
 from subvec._recycle import RecyclingFront
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
@@ -521,7 +522,7 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
                 errors.append(value)
             elif step and unit.index not in recovered:  # a restarted unit's reply is a reset's
                 parts += self._block_parts((unit,))
-        proto.raise_first(errors)
+        raise_first(errors)
         return parts
 
     def _fail(self, failures: list[Failure], timeout: float | None) -> None:
@@ -608,12 +609,12 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
             self._any_restarted = True
             if not self._obs_shared and outcome[0] is Status.OK_PAYLOAD:
                 lo = self._unit(index).lo
-                for local, value in outcome[1][1] or ():
+                for local, value in outcome[1].obs or ():
                     self._env_obs[lo + local] = value  # what a reset or the next step shows
         if env_errors:
             for env_error in env_errors:
                 add_note(env_error, f"while resetting the envs of a replacement: {error}")
-            proto.raise_first(env_errors)
+            raise_first(env_errors)
         raise error
 
     def _backend_of(self, unit: Unit) -> int:
@@ -1132,7 +1133,7 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
                 if data is not None:
                     out.append((lo, data))
                 continue
-            events = list(as_events(data[0])) if data is not None else []
+            events = list(as_events(data.infos)) if data is not None else []
             # Envs that sent their final event (the observation in the block or by value,
             # when it did not fit the block's row) need no stand-in.
             kept = {e for e, info in events if "final_obs" in info and "final_info" in info}
@@ -1149,7 +1150,7 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
                 if info.get("final_obs") is FinalObsInBlock:
                     # [i, ...]: a 0-d leaf stays an array
                     info["final_obs"] = rows[lo + local, ...].copy()
-            out.append((lo, (merged, data[1] if data is not None else None)))
+            out.append((lo, UnitReply(merged, data.obs if data is not None else None)))
         return out
 
     def _block_parts(self, units: Iterable[Unit]) -> list[Part]:
@@ -1163,14 +1164,14 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
             if unit.index in self._info_units:
                 columns = info_block.columns(unit)
                 if columns is not None:
-                    parts.append((unit.lo, (columns, None)))
+                    parts.append((unit.lo, UnitReply(columns, None)))
         return parts
 
     def _observations_out(self, parts: Sequence[Part]) -> Any:
         if not self._obs_shared:
             for lo, data in parts:
                 if data is not None:
-                    for local, value in data[1] or ():
+                    for local, value in data.obs or ():
                         self._env_obs[lo + local] = value
             if self._obs_split is not None:
                 return self._split_out()

@@ -40,8 +40,7 @@ from ray.util.placement_group import remove_placement_group
 from subvec import _spaces
 from subvec._backend import PLAIN, Collected, Failure, Unit
 from subvec._block import ActionRegions, _act, _action_itemsize
-from subvec._infos import InfoEvent
-from subvec._protocol import (
+from subvec._commands import (
     CallPayload,
     Command,
     ErrorRecord,
@@ -51,7 +50,9 @@ from subvec._protocol import (
     Status,
     StepEnvsPayload,
     StepPayload,
+    UnitReply,
 )
+from subvec._infos import InfoEvent
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
@@ -721,7 +722,7 @@ class RayActors:
             self._write(reply, slice(unit.lo, unit.hi))
             by_value = reply.obs if self._observations is None else None
             if reply.events or by_value is not None:
-                into.outcomes[unit.index] = (Status.OK_PAYLOAD, (reply.events, by_value))
+                into.outcomes[unit.index] = (Status.OK_PAYLOAD, UnitReply(reply.events, by_value))
             return
         if command is Command.STEP_ENVS:
             reply, done, errors = value
@@ -729,7 +730,10 @@ class RayActors:
             by_value = None
             if self._observations is None:
                 by_value = list(zip(done, reply.obs))
-            into.outcomes[unit.index] = (Status.OK_PAYLOAD, (reply.events, by_value, errors))
+            into.outcomes[unit.index] = (
+                Status.OK_PAYLOAD,
+                UnitReply(reply.events, by_value, errors),
+            )
             return
         if status is not Status.OK:
             into.outcomes[unit.index] = (status, value)

@@ -33,10 +33,10 @@ import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import PLAIN, Backend, Failure, Outcome, Unit
+from subvec._commands import Command, ResetPayload, Status, UnitReply, raise_first
 from subvec._failures import RestartRecord, _first_line
 from subvec._infos import as_events
 from subvec._merge import Part
-from subvec._protocol import Command, ResetPayload, Status, raise_first
 from subvec._stats import process_rss
 
 __all__ = ["RecyclePolicy", "RecyclingFront"]
@@ -324,14 +324,15 @@ class RecyclingFront:
                 errors.append(value)
                 continue
             old = by_lo.get(new.lo)
-            events = list(as_events(old[0])) if old is not None and old[0] else []
+            events = list(as_events(old.infos)) if old is not None and old.infos else []
             # One env per worker: its first event with a final observation is the end's; the
             # events after it were the old env's reset info.
             final = [e for e in events if "final_obs" in e[1]][:1]
             if status is Status.OK_PAYLOAD:
-                infos, obs = value
-                by_lo[new.lo] = (final + list(as_events(infos) if infos else ()), obs)
+                reply: UnitReply = value
+                events = final + list(as_events(reply.infos) if reply.infos else ())
+                by_lo[new.lo] = UnitReply(events, reply.obs)
             else:
-                by_lo[new.lo] = (final, None)
+                by_lo[new.lo] = UnitReply(final, None)
         raise_first(errors)
         return sorted(by_lo.items())

@@ -33,6 +33,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._bootstrap import registry_snapshot
+from subvec._commands import Command
 from subvec._failures import DEFAULT_MAX_RESTARTS
 from subvec._front import ObservationMode, VectorFront
 from subvec._gpus import GpuSpec, WorkerEnvSpec, check_worker_env, resolve_gpus
@@ -46,7 +47,6 @@ from subvec._plan import (
     resolve_context,
 )
 from subvec._pool import WorkerPool, release
-from subvec._protocol import Command
 from subvec._recycle import RecyclePolicy
 from subvec._shm import SharedBlock
 from subvec._starts import BuildFailure, check_build_retries, check_max_concurrent_starts
