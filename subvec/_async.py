@@ -48,6 +48,7 @@ from subvec._seeding import SeedArg
 from subvec._slab import FinalObsInBlock
 from subvec._spaces import ObsSplit, per_env_actions, without_tensors
 from subvec._state import _State
+from subvec._units import Units
 from subvec.errors import RecvTimeoutError
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class AsyncStepping:
     single_action_space: Space[Any]
     batch_size: int
     _state: Any
-    _units: list[Unit]
+    _units: Units
     _backends: list[Backend]
     _collect_order: list[Backend]
     _policy: FailurePolicy
@@ -145,12 +146,9 @@ class AsyncStepping:
         def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
         def _break(self, units: Iterable[int], reason: str) -> None: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
-        def _all_units(self) -> list[Unit]: ...
-        def _unit(self, index: int) -> Unit: ...
         def _obs_fixed_now(self) -> list[np.ndarray]: ...
 
     def _start_async(self, batch: BatchViews) -> None:
-        n = self.num_envs
         self._store_action_rows = batch.store_action_rows
         self._read_action = batch.read_action
         self._flight: dict[int, tuple[str, list[int]]] = {}  # unit index -> (kind, envs)
@@ -161,12 +159,6 @@ class AsyncStepping:
         self._last_ids: np.ndarray | None = None
         self._action_spaces: dict[int, Space[Any]] = {}
         self._mergers: dict[int, InfoMerger] = {}
-        self._unit_of_env = np.empty(n, dtype=np.int64)
-        self._backend_of_unit: dict[int, Backend] = {}
-        for backend in self._backends:
-            for unit in backend.units:
-                self._unit_of_env[unit.lo : unit.hi] = unit.index
-                self._backend_of_unit[unit.index] = backend
 
     # --- introspection -----------------------------------------------------------------------
 
@@ -211,7 +203,7 @@ class AsyncStepping:
             )
         seeds, mask, env_options = self._reset_args(seed, options)
         self._enter_async()
-        for unit in self._units:
+        for unit in self._units.all:
             envs = [e for e in range(unit.lo, unit.hi) if mask is None or mask[e]]
             if not envs:
                 continue
@@ -222,7 +214,7 @@ class AsyncStepping:
             payload = ResetPayload(
                 seeds[unit.lo : unit.hi], unit_options, sub_mask, self._stored_options(unit)
             )
-            self._backend_of_unit[unit.index].send(Command.RESET, payload, units=[unit])
+            self._units.backend(unit).send(Command.RESET, payload, units=[unit])
             self._flight[unit.index] = ("reset", envs)
             self._needs_reset[envs] = False
 
@@ -259,7 +251,7 @@ class AsyncStepping:
             if rebuilt is not None:  # its env was rebuilt while idle: report that instead
                 self._ready[env] = rebuilt
                 continue
-            self._queued.setdefault(int(self._unit_of_env[env]), {})[env] = action
+            self._queued.setdefault(self._units.index_of_env(env), {})[env] = action
         self._dispatch()
 
     def _checked_ids(self, env_ids: Any) -> np.ndarray:
@@ -391,7 +383,7 @@ class AsyncStepping:
         for index, queued in self._queued.items():
             if not queued or index in self._flight:
                 continue
-            unit = self._unit(index)
+            unit = self._units.unit(index)
             envs = sorted(queued)
             actions: list[Any] | None = [queued[e] for e in envs]
             assert actions is not None
@@ -446,7 +438,7 @@ class AsyncStepping:
                 ]
         for index in sorted(outcomes):
             kind, envs = flight.pop(index)
-            self._hold(self._unit(index), kind, envs, outcomes[index])
+            self._hold(self._units.unit(index), kind, envs, outcomes[index])
         if failures:
             self._async_failures(failures, timeout)
         self._dispatch()
@@ -545,9 +537,8 @@ class AsyncStepping:
         for failure in failures:
             index = failure.unit.index
             self._materialise(range(failure.unit.lo, failure.unit.hi))
-            backend = self._backend_of_unit[index]
             done = policy.restart(
-                backend,
+                self._units,
                 [failure],
                 timeout,
                 self._build_timeout(timeout),
@@ -556,12 +547,10 @@ class AsyncStepping:
             )
             if done.error is not None:
                 self._flight.pop(index, None)
-                self._units = self._all_units()
                 self._break([index], done.reason)
                 raise done.error
             got = done.outcomes
-            self._units = self._all_units()
-            unit = next(u for u in self._units if u.index == index)
+            unit = self._units.unit(index)
             _, flying = self._flight.pop(index, ("", []))
             queued = self._queued.pop(index, {})
             status, value = got[index]

@@ -58,6 +58,7 @@ from subvec.errors import (
     EnvError,
     WorkerDiedError,
     WorkerTimeoutError,
+    first_line,
 )
 from subvec.vector import SubprocVectorEnv
 
@@ -415,11 +416,6 @@ def _assign_rows(batch: Any, rows: Any, where: slice | list[int]) -> None:
             _assign_rows(value, part, where)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
-
-
 #: a unit sent nothing (a masked reset that leaves all its envs alone): it answers a plain OK
 _NOT_SENT = None
 
@@ -552,7 +548,7 @@ class RayActors:
                 status, value = ray.get(ref)
             except RayError as exc:
                 raise WorkerDiedError(
-                    f"{unit.describe()} died while building its envs: {_first_line(exc)}",
+                    f"{unit.describe()} died while building its envs: {first_line(exc)}",
                     env_indices=range(unit.lo, unit.hi),
                 ) from exc
             if status is Status.ERROR:
@@ -692,7 +688,7 @@ class RayActors:
         except RayActorError as exc:
             self._dead.add(unit.index)
             into.failures.append(
-                Failure(unit, "died", f"{unit.describe()} died ({_first_line(exc)})")
+                Failure(unit, "died", f"{unit.describe()} died ({first_line(exc)})")
             )
             return
         except RayTaskError as exc:  # run() itself failed: not an env's doing
@@ -701,7 +697,7 @@ class RayActors:
         except RayError as exc:  # the reply was lost with its node
             self._dead.add(unit.index)
             into.failures.append(
-                Failure(unit, "died", f"{unit.describe()} was lost ({_first_line(exc)})")
+                Failure(unit, "died", f"{unit.describe()} was lost ({first_line(exc)})")
             )
             return
         if restarts:

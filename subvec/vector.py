@@ -396,7 +396,7 @@ class SubprocVectorEnv(VectorFront):
             if infos is None or (
                 self._final_in_block and self._any_ended()
             ):  # final events implied by the flags, or infos to merge
-                return self._step_results(self._block_parts(self._units))
+                return self._step_results(self._block_parts(self._units.all))
             obs = self._observations
             return (
                 obs.view() if self._obs_slot else obs.copy() if self.copy else obs,
