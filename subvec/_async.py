@@ -42,10 +42,9 @@ from subvec._commands import (
     rebuild_remote_error,
 )
 from subvec._failures import FailurePolicy
-from subvec._infos import as_events
 from subvec._merge import InfoMerger, make_merger
+from subvec._results import events_by_env, final_event, obs_by_env
 from subvec._seeding import SeedArg
-from subvec._slab import FinalObsInBlock
 from subvec._spaces import ObsSplit, per_env_actions, without_tensors
 from subvec._state import _State
 from subvec._units import Units
@@ -453,23 +452,19 @@ class AsyncStepping:
             for env in envs:
                 self._ready[env] = EnvResult(None, 0.0, False, False, error=value)
             return
-        infos, by_value, records = (None, None, None)
-        if status is Status.OK_PAYLOAD:
-            infos, by_value, records = value
-        events: dict[int, list[dict[str, Any]]] = {}
-        for local, info in as_events(infos) if infos else ():
-            events.setdefault(unit.lo + local, []).append(info)
+        reply: UnitReply | None = value if status is Status.OK_PAYLOAD else None
+        events = events_by_env(unit.lo, reply)
         errors = {
             unit.lo + local: rebuild_remote_error(record, unit.pid)
-            for local, record in records or ()
+            for local, record in (reply.errors if reply is not None else None) or ()
         }
-        obs_by_env = {unit.lo + local: obs for local, obs in by_value or ()}
+        by_value = obs_by_env(unit.lo, reply)
         for env in envs:
             error = errors.get(env)
             if error is not None:
                 self._ready[env] = EnvResult(None, 0.0, False, False, error=error)
                 continue
-            self._ready[env] = self._result(env, kind == "reset", events.get(env, []), obs_by_env)
+            self._ready[env] = self._result(env, kind == "reset", events.get(env, []), by_value)
 
     def _hold_in_block(self, reset: bool, envs: list[int]) -> None:
         ready = self._ready
@@ -520,9 +515,9 @@ class AsyncStepping:
             assert rows is not None
             first = events[0] if events else {}
             if "final_obs" not in first:  # an empty final info: the event was left implicit
-                events.insert(0, {"final_obs": FinalObsInBlock, "final_info": {}})
-            if events[0]["final_obs"] is FinalObsInBlock:
-                events[0]["final_obs"] = rows[env, ...].copy()
+                events.insert(0, final_event(None, rows, env))
+            else:
+                final_event(first, rows, env)
         reward = float(self._rewards[env])
         return EnvResult(obs, reward, terminated, truncated, events)
 
@@ -554,13 +549,9 @@ class AsyncStepping:
             _, flying = self._flight.pop(index, ("", []))
             queued = self._queued.pop(index, {})
             status, value = got[index]
-            infos = value.infos if status is Status.OK_PAYLOAD else None
-            events: dict[int, list[dict[str, Any]]] = {}
-            for local, info in as_events(infos) if infos else ():
-                events.setdefault(unit.lo + local, []).append(info)
-            by_value = {}
-            if status is Status.OK_PAYLOAD and value.obs:
-                by_value = {unit.lo + local: obs for local, obs in value.obs}
+            reply = value if status is Status.OK_PAYLOAD else None
+            events = events_by_env(unit.lo, reply)
+            by_value = obs_by_env(unit.lo, reply)
             for env in range(unit.lo, unit.hi):
                 result = self._result(env, True, events.get(env, []), by_value)
                 result.truncated, result.restarted = True, True

@@ -54,6 +54,7 @@ from subvec._failures import FailurePolicy, RestartRecord
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, Part, make_merger
 from subvec._recycle import RecyclingFront
+from subvec._results import final_event
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
 from subvec._spaces import (
@@ -1124,9 +1125,8 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
                     merged.append((local, {"final_obs": FinalObsInBlock, "final_info": {}}))
             merged += events[k:]
             for local, info in merged:
-                if info.get("final_obs") is FinalObsInBlock:
-                    # [i, ...]: a 0-d leaf stays an array
-                    info["final_obs"] = rows[lo + local, ...].copy()
+                if "final_obs" in info:
+                    final_event(info, rows, lo + local)
             out.append((lo, UnitReply(merged, data.obs if data is not None else None)))
         return out
 
