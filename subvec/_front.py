@@ -8,7 +8,9 @@
                  └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
 
 Its mixins add asynchronous stepping (``_async``), calls and attributes (``_calls``) and
-recycling (``_recycle``); the call states are ``_state``.
+recycling (``_recycle``); the call states are ``_state``. Its units and every replacement of
+one go through ``_units``; per-env results are read out of a unit's reply by ``_results``,
+for lock-step and async alike.
 
 The front knows no pipes and no processes. Every fixed-size result of a call is already in the
 batch arrays when a unit answers (for the process backend those are views of the shared
