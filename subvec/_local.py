@@ -16,10 +16,10 @@ from typing import Any
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec import _protocol as proto
 from subvec._backend import PLAIN, Collected, Outcome, Unit
 from subvec._block import bind_rows
-from subvec._protocol import AttachSpec, Command, ErrorRecord, Status
+from subvec._commands import Command, ErrorRecord, Status, UnitReply, rebuild_remote_error
+from subvec._protocol import AttachSpec
 from subvec._slab import EnvSlab, SlabResult
 
 __all__ = ["LocalShare"]
@@ -52,7 +52,7 @@ class LocalShare:
             for env in envs:
                 env.close()
             record = ErrorRecord.capture(exc, lo + len(envs), "make")
-            raise proto.rebuild_remote_error(record, os.getpid()) from None
+            raise rebuild_remote_error(record, os.getpid()) from None
         self.slab = EnvSlab(envs, lo, autoreset_mode)
         self._pending: Callable[[], Any] | None = None
         self._command = Command.STEP
@@ -137,7 +137,7 @@ class LocalShare:
             result = pending()
         except Exception as exc:
             record = ErrorRecord.capture(exc, self.slab.current_env, self._command.name.lower())
-            return Status.ERROR, proto.rebuild_remote_error(record, os.getpid())
+            return Status.ERROR, rebuild_remote_error(record, os.getpid())
         if isinstance(result, SlabResult):
             if result.is_empty():
                 return PLAIN
@@ -146,8 +146,8 @@ class LocalShare:
                     (local, ErrorRecord.capture(exc, self.lo + local, "step"))
                     for local, exc in result.errors or ()
                 ]
-                return Status.OK_PAYLOAD, (result.infos, result.obs, errors)
-            return Status.OK_PAYLOAD, (result.infos, result.obs)
+                return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, errors)
+            return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs)
         if result is None:  # set_attr, set_reset_options
             return PLAIN
         return Status.OK_PAYLOAD, result
@@ -179,5 +179,5 @@ class LocalShare:
             slab.close()
         except Exception as exc:
             record = ErrorRecord.capture(exc, slab.current_env, "close")
-            return proto.rebuild_remote_error(record, os.getpid())
+            return rebuild_remote_error(record, os.getpid())
         return None

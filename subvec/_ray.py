@@ -40,8 +40,7 @@ from ray.util.placement_group import remove_placement_group
 from subvec import _spaces
 from subvec._backend import PLAIN, Collected, Failure, Unit
 from subvec._block import ActionRegions, _act, _action_itemsize
-from subvec._infos import InfoEvent
-from subvec._protocol import (
+from subvec._commands import (
     CallPayload,
     Command,
     ErrorRecord,
@@ -51,12 +50,15 @@ from subvec._protocol import (
     Status,
     StepEnvsPayload,
     StepPayload,
+    UnitReply,
 )
+from subvec._infos import InfoEvent
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
     WorkerDiedError,
     WorkerTimeoutError,
+    first_line,
 )
 from subvec.vector import SubprocVectorEnv
 
@@ -414,11 +416,6 @@ def _assign_rows(batch: Any, rows: Any, where: slice | list[int]) -> None:
             _assign_rows(value, part, where)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
-
-
 #: a unit sent nothing (a masked reset that leaves all its envs alone): it answers a plain OK
 _NOT_SENT = None
 
@@ -551,7 +548,7 @@ class RayActors:
                 status, value = ray.get(ref)
             except RayError as exc:
                 raise WorkerDiedError(
-                    f"{unit.describe()} died while building its envs: {_first_line(exc)}",
+                    f"{unit.describe()} died while building its envs: {first_line(exc)}",
                     env_indices=range(unit.lo, unit.hi),
                 ) from exc
             if status is Status.ERROR:
@@ -691,7 +688,7 @@ class RayActors:
         except RayActorError as exc:
             self._dead.add(unit.index)
             into.failures.append(
-                Failure(unit, "died", f"{unit.describe()} died ({_first_line(exc)})")
+                Failure(unit, "died", f"{unit.describe()} died ({first_line(exc)})")
             )
             return
         except RayTaskError as exc:  # run() itself failed: not an env's doing
@@ -700,7 +697,7 @@ class RayActors:
         except RayError as exc:  # the reply was lost with its node
             self._dead.add(unit.index)
             into.failures.append(
-                Failure(unit, "died", f"{unit.describe()} was lost ({_first_line(exc)})")
+                Failure(unit, "died", f"{unit.describe()} was lost ({first_line(exc)})")
             )
             return
         if restarts:
@@ -721,7 +718,7 @@ class RayActors:
             self._write(reply, slice(unit.lo, unit.hi))
             by_value = reply.obs if self._observations is None else None
             if reply.events or by_value is not None:
-                into.outcomes[unit.index] = (Status.OK_PAYLOAD, (reply.events, by_value))
+                into.outcomes[unit.index] = (Status.OK_PAYLOAD, UnitReply(reply.events, by_value))
             return
         if command is Command.STEP_ENVS:
             reply, done, errors = value
@@ -729,7 +726,10 @@ class RayActors:
             by_value = None
             if self._observations is None:
                 by_value = list(zip(done, reply.obs))
-            into.outcomes[unit.index] = (Status.OK_PAYLOAD, (reply.events, by_value, errors))
+            into.outcomes[unit.index] = (
+                Status.OK_PAYLOAD,
+                UnitReply(reply.events, by_value, errors),
+            )
             return
         if status is not Status.OK:
             into.outcomes[unit.index] = (status, value)

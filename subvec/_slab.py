@@ -32,7 +32,7 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec._protocol import StepPayload
+from subvec._commands import StepPayload
 
 __all__ = [
     "EnvSlab",

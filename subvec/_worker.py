@@ -41,7 +41,7 @@ from subvec._block import bind_rows, slot_writers
 from subvec._bootstrap import Lifeline, adopt_registry, tie_to_parent
 from subvec._gpus import gpu_environment
 from subvec._infos import InfoBlockWriter, to_columns
-from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
+from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, UnitReply, WorkerHello
 from subvec._shm import SharedBlock
 from subvec._slab import EnvSlab, SlabResult
 from subvec._starts import BuildFailure, StartGate, build_env, maybe_token
@@ -440,11 +440,11 @@ class _Server:
         if self.info_columns and infos:
             infos = to_columns(infos) or infos
         return self._dump_per_env(
-            (infos, result.obs), "the info", [*result.infos, *(result.obs or ())]
+            UnitReply(infos, result.obs), "the info", [*result.infos, *(result.obs or ())]
         )
 
     def _dump_some(self, result: SlabResult) -> bytes:
-        """A STEP_ENVS reply: ``(infos, observations, errors)``, errors as ErrorRecords."""
+        """A STEP_ENVS reply: a ``UnitReply`` with its errors as ErrorRecords."""
         errors = [
             (local, ErrorRecord.capture(exc, self.slab.first_index + local, "step"))
             for local, exc in result.errors or ()
@@ -452,7 +452,7 @@ class _Server:
         events = result.infos
         infos: Any = (to_columns(events) or events) if self.info_columns and events else events
         return self._dump_per_env(
-            (infos, result.obs, errors), "the info", [*events, *(result.obs or ())]
+            UnitReply(infos, result.obs, errors), "the info", [*events, *(result.obs or ())]
         )
 
     def attach(self, spec: AttachSpec) -> None:
