@@ -4,7 +4,9 @@ General layout (lower layers never import higher ones):
 
     _requires         what must be installed (checked first)
     errors            the exception hierarchy
-    _protocol         the wire protocol: command codes, framing, payload records, remote errors
+    _commands         what the front and every backend say: commands, payload records, the
+                      reply record (UnitReply), remote errors
+    _protocol         the pipe wire: framing, the block's attach spec, STEP_ENVS bytes
     _spaces, _shm     space -> shared-memory layout; the block and its views
     _seeding          seed -> per-env seeds
     _slab             EnvSlab: stepping k envs in-process (no multiprocessing)
@@ -20,6 +22,8 @@ General layout (lower layers never import higher ones):
     _worker           the worker process: cap threads, set its environment, pin, build envs,
                       serve commands
     _backend          the face every backend shows the front (units, send, collect, restart)
+    _units            the front's map of units and the one replace-and-reset driver
+    _results          per-env results out of a unit's reply (lock-step and async alike)
     _pool, _local     backends: worker processes; the parent's own envs (parent_envs)
     _failures         the failure policy: raise, or restart and report
     _stats            per-worker statistics (stats()) and a process's resident memory

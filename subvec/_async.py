@@ -30,18 +30,24 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec import _protocol as proto
 from subvec._backend import Backend, Failure, Outcome, Unit
 from subvec._block import BatchViews, ObsSlots
 from subvec._calls import checked_env_ids
+from subvec._commands import (
+    Command,
+    ResetPayload,
+    Status,
+    StepEnvsPayload,
+    UnitReply,
+    rebuild_remote_error,
+)
 from subvec._failures import FailurePolicy
-from subvec._infos import as_events
 from subvec._merge import InfoMerger, make_merger
-from subvec._protocol import Command, ResetPayload, Status, StepEnvsPayload
+from subvec._results import events_by_env, final_event, obs_by_env
 from subvec._seeding import SeedArg
-from subvec._slab import FinalObsInBlock
 from subvec._spaces import ObsSplit, per_env_actions, without_tensors
 from subvec._state import _State
+from subvec._units import Units
 from subvec.errors import RecvTimeoutError
 
 if TYPE_CHECKING:
@@ -111,7 +117,7 @@ class AsyncStepping:
     single_action_space: Space[Any]
     batch_size: int
     _state: Any
-    _units: list[Unit]
+    _units: Units
     _backends: list[Backend]
     _collect_order: list[Backend]
     _policy: FailurePolicy
@@ -139,12 +145,9 @@ class AsyncStepping:
         def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
         def _break(self, units: Iterable[int], reason: str) -> None: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
-        def _all_units(self) -> list[Unit]: ...
-        def _unit(self, index: int) -> Unit: ...
         def _obs_fixed_now(self) -> list[np.ndarray]: ...
 
     def _start_async(self, batch: BatchViews) -> None:
-        n = self.num_envs
         self._store_action_rows = batch.store_action_rows
         self._read_action = batch.read_action
         self._flight: dict[int, tuple[str, list[int]]] = {}  # unit index -> (kind, envs)
@@ -155,12 +158,6 @@ class AsyncStepping:
         self._last_ids: np.ndarray | None = None
         self._action_spaces: dict[int, Space[Any]] = {}
         self._mergers: dict[int, InfoMerger] = {}
-        self._unit_of_env = np.empty(n, dtype=np.int64)
-        self._backend_of_unit: dict[int, Backend] = {}
-        for backend in self._backends:
-            for unit in backend.units:
-                self._unit_of_env[unit.lo : unit.hi] = unit.index
-                self._backend_of_unit[unit.index] = backend
 
     # --- introspection -----------------------------------------------------------------------
 
@@ -205,7 +202,7 @@ class AsyncStepping:
             )
         seeds, mask, env_options = self._reset_args(seed, options)
         self._enter_async()
-        for unit in self._units:
+        for unit in self._units.all:
             envs = [e for e in range(unit.lo, unit.hi) if mask is None or mask[e]]
             if not envs:
                 continue
@@ -216,7 +213,7 @@ class AsyncStepping:
             payload = ResetPayload(
                 seeds[unit.lo : unit.hi], unit_options, sub_mask, self._stored_options(unit)
             )
-            self._backend_of_unit[unit.index].send(Command.RESET, payload, units=[unit])
+            self._units.backend(unit).send(Command.RESET, payload, units=[unit])
             self._flight[unit.index] = ("reset", envs)
             self._needs_reset[envs] = False
 
@@ -253,7 +250,7 @@ class AsyncStepping:
             if rebuilt is not None:  # its env was rebuilt while idle: report that instead
                 self._ready[env] = rebuilt
                 continue
-            self._queued.setdefault(int(self._unit_of_env[env]), {})[env] = action
+            self._queued.setdefault(self._units.index_of_env(env), {})[env] = action
         self._dispatch()
 
     def _checked_ids(self, env_ids: Any) -> np.ndarray:
@@ -385,7 +382,7 @@ class AsyncStepping:
         for index, queued in self._queued.items():
             if not queued or index in self._flight:
                 continue
-            unit = self._unit(index)
+            unit = self._units.unit(index)
             envs = sorted(queued)
             actions: list[Any] | None = [queued[e] for e in envs]
             assert actions is not None
@@ -440,7 +437,7 @@ class AsyncStepping:
                 ]
         for index in sorted(outcomes):
             kind, envs = flight.pop(index)
-            self._hold(self._unit(index), kind, envs, outcomes[index])
+            self._hold(self._units.unit(index), kind, envs, outcomes[index])
         if failures:
             self._async_failures(failures, timeout)
         self._dispatch()
@@ -455,24 +452,19 @@ class AsyncStepping:
             for env in envs:
                 self._ready[env] = EnvResult(None, 0.0, False, False, error=value)
             return
-        infos, by_value, records = (None, None, None)
-        if status is Status.OK_PAYLOAD:
-            infos, by_value = value[0], value[1]
-            records = value[2] if len(value) > 2 else None
-        events: dict[int, list[dict[str, Any]]] = {}
-        for local, info in as_events(infos) if infos else ():
-            events.setdefault(unit.lo + local, []).append(info)
+        reply: UnitReply | None = value if status is Status.OK_PAYLOAD else None
+        events = events_by_env(unit.lo, reply)
         errors = {
-            unit.lo + local: proto.rebuild_remote_error(record, unit.pid)
-            for local, record in records or ()
+            unit.lo + local: rebuild_remote_error(record, unit.pid)
+            for local, record in (reply.errors if reply is not None else None) or ()
         }
-        obs_by_env = {unit.lo + local: obs for local, obs in by_value or ()}
+        by_value = obs_by_env(unit.lo, reply)
         for env in envs:
             error = errors.get(env)
             if error is not None:
                 self._ready[env] = EnvResult(None, 0.0, False, False, error=error)
                 continue
-            self._ready[env] = self._result(env, kind == "reset", events.get(env, []), obs_by_env)
+            self._ready[env] = self._result(env, kind == "reset", events.get(env, []), by_value)
 
     def _hold_in_block(self, reset: bool, envs: list[int]) -> None:
         ready = self._ready
@@ -523,9 +515,9 @@ class AsyncStepping:
             assert rows is not None
             first = events[0] if events else {}
             if "final_obs" not in first:  # an empty final info: the event was left implicit
-                events.insert(0, {"final_obs": FinalObsInBlock, "final_info": {}})
-            if events[0]["final_obs"] is FinalObsInBlock:
-                events[0]["final_obs"] = rows[env, ...].copy()
+                events.insert(0, final_event(None, rows, env))
+            else:
+                final_event(first, rows, env)
         reward = float(self._rewards[env])
         return EnvResult(obs, reward, terminated, truncated, events)
 
@@ -540,9 +532,8 @@ class AsyncStepping:
         for failure in failures:
             index = failure.unit.index
             self._materialise(range(failure.unit.lo, failure.unit.hi))
-            backend = self._backend_of_unit[index]
             done = policy.restart(
-                backend,
+                self._units,
                 [failure],
                 timeout,
                 self._build_timeout(timeout),
@@ -551,22 +542,16 @@ class AsyncStepping:
             )
             if done.error is not None:
                 self._flight.pop(index, None)
-                self._units = self._all_units()
                 self._break([index], done.reason)
                 raise done.error
             got = done.outcomes
-            self._units = self._all_units()
-            unit = next(u for u in self._units if u.index == index)
+            unit = self._units.unit(index)
             _, flying = self._flight.pop(index, ("", []))
             queued = self._queued.pop(index, {})
             status, value = got[index]
-            infos = value[0] if status is Status.OK_PAYLOAD else None
-            events: dict[int, list[dict[str, Any]]] = {}
-            for local, info in as_events(infos) if infos else ():
-                events.setdefault(unit.lo + local, []).append(info)
-            by_value = {}
-            if status is Status.OK_PAYLOAD and value[1]:
-                by_value = {unit.lo + local: obs for local, obs in value[1]}
+            reply = value if status is Status.OK_PAYLOAD else None
+            events = events_by_env(unit.lo, reply)
+            by_value = obs_by_env(unit.lo, reply)
             for env in range(unit.lo, unit.hi):
                 result = self._result(env, True, events.get(env, []), by_value)
                 result.truncated, result.restarted = True, True
@@ -618,9 +603,13 @@ class AsyncStepping:
             rewards = np.array([r.reward for r in results], dtype=np.float64)
             terminations = np.array([r.terminated for r in results], dtype=np.bool_)
             truncations = np.array([r.truncated for r in results], dtype=np.bool_)
-            parts = [(row, ([(0, e) for e in r.events], None)) for row, r in enumerate(results)]
+            parts = [
+                (row, UnitReply([(0, e) for e in r.events], None))
+                for row, r in enumerate(results)
+                if r.events
+            ]
             restarted = [row for row, r in enumerate(results) if r.restarted]
-            infos = merger.merge([p for p in parts if p[1][0]], restarted)
+            infos = merger.merge(parts, restarted)
         self._leave_async_if_done()
         if self.info_format == "list":
             for row, info in enumerate(infos):

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from subvec._protocol import Command, Status
+from subvec._commands import Command, Status
 from subvec.errors import WorkerDiedError, WorkerTimeoutError
 
 __all__ = ["PLAIN", "Backend", "Collected", "Failure", "Outcome", "Unit"]

@@ -9,16 +9,16 @@ order. A mixin of :class:`subvec._front.VectorFront`: it uses the front's state 
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from subvec._backend import Unit
+from subvec._commands import CallPayload, Command, SetAttrPayload
 from subvec._merge import Part
-from subvec._protocol import CallPayload, Command, SetAttrPayload
 from subvec._state import _State
+from subvec._units import Units
 
 __all__ = ["EnvCalls", "EnvIds"]
 
@@ -32,7 +32,7 @@ class EnvCalls:
     # The front's, declared for the type checker.
     num_envs: int
     _state: _State
-    _units: list[Unit]
+    _units: Units
     _call_ids: list[int] | None
     _call_units: frozenset[int] | None
 
@@ -115,8 +115,8 @@ class EnvCalls:
             return tuple(results)
         # Each unit answered for its envs in the order of ``ids``: deal them back out.
         by_lo = {lo: iter(data) for lo, data in parts}
-        los = [unit.lo for unit in self._units]
-        return tuple(next(by_lo[los[bisect_right(los, e) - 1]]) for e in ids)
+        units = self._units
+        return tuple(next(by_lo[units.unit(units.index_of_env(e)).lo]) for e in ids)
 
     def call(self, name: str, *args: Any, env_ids: EnvIds = None, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` of the envs (or read the attribute if not callable).
@@ -233,11 +233,9 @@ class EnvCalls:
     def _by_unit(self, ids: Sequence[int]) -> dict[int, list[int]]:
         """The envs of ``ids`` (valid indices) by the index of the unit holding them, each
         unit's in the order of ``ids``."""
-        los = [unit.lo for unit in self._units]
         targets: dict[int, list[int]] = {}
         for e in ids:
-            unit = self._units[bisect_right(los, e) - 1]
-            targets.setdefault(unit.index, []).append(e)
+            targets.setdefault(self._units.index_of_env(e), []).append(e)
         return targets
 
 

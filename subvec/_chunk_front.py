@@ -2,7 +2,8 @@
 
     step_chunk(actions)  check the batch of chunks (nothing is sent if it is wrong)
                          make room in the chunk block (``_chunks``), zero its progress counts
-                         one STEP_CHUNK per unit: K, stop_on_done, all_obs, its rows' actions
+                         the core's step command to every unit: its envs, K sub-steps
+                         (STEP_ENVS with substeps = K), stop_on_done, all_obs, the block
     collect              the front's one wait: failures and the failure policy as for a step
     results              each unit's events (env, sub-step, info), by-value observations and,
                          from a Ray actor, its arrays; envs a restart cut short come back
@@ -28,9 +29,9 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _spaces
 from subvec._chunks import ChunkViews, capacity_for, plan_chunk_block
+from subvec._commands import ChunkBlockSpec, Command, StepEnvsPayload, UnitReply
 from subvec._infos import as_events
 from subvec._merge import Part, merge_chunk_infos, with_chunk_axis
-from subvec._protocol import ChunkBlockSpec, ChunkPayload, ChunkReply, Command
 from subvec._shm import BlockLayout
 from subvec._state import _State
 
@@ -137,23 +138,29 @@ class ChunkStepping:
         views = self._chunk_room(chunk, all_obs)
         views.steps[:] = 0  # the progress counts: a unit lost mid-chunk leaves its own
         spec = views.spec
-        payload: ChunkPayload | None = None
-        per_unit = None
-        if views.action_space is not None and all(
+        in_block = views.action_space is not None and all(
             leaf.dtype == spec_.dtype for leaf, spec_ in zip(batch.leaves, self._chunk_leaves)
-        ):
-            # In the block: one small command, the same for every unit.
+        )
+        if in_block:
             for target, leaf in zip(views.actions(chunk), batch.leaves):
                 np.copyto(target, leaf)
-            payload = ChunkPayload(chunk, stop_on_done, all_obs, None, spec)
-        else:
+        # The core's step command, with K sub-steps of every env of the unit.
+        made: dict[int, StepEnvsPayload] = {}
 
-            def per_unit(unit: Any) -> ChunkPayload:
-                rows = batch.rows(unit.lo, unit.hi).leaves
-                return ChunkPayload(chunk, stop_on_done, all_obs, rows, spec)
+        def per_unit(unit: Any) -> StepEnvsPayload:
+            size = unit.hi - unit.lo
+            if in_block:  # the same for every unit of this size
+                found = made.get(size)
+                if found is None:
+                    found = made[size] = StepEnvsPayload(
+                        range(size), None, chunk, stop_on_done, all_obs, spec
+                    )
+                return found
+            rows = batch.rows(unit.lo, unit.hi).leaves
+            return StepEnvsPayload(range(size), rows, chunk, stop_on_done, all_obs, spec)
 
         self._prepare_step()
-        self._send(Command.STEP_CHUNK, payload, per_unit=per_unit)
+        self._send(Command.STEP_ENVS, per_unit=per_unit)
         self._state = _State.WAITING_CHUNK
         parts = self._collect(_State.WAITING_CHUNK, None)
         return self._chunk_results(parts, views, chunk, all_obs)
@@ -227,13 +234,14 @@ class ChunkStepping:
         rewards, terms, truncs, obs_rows = views.batch(chunk)
         steps = views.steps
         events: list[tuple[int, int, dict[str, Any]]] = []
-        #: by value, for the front's observation batch: (first env, (None, [(env, obs)]))
+        #: the by-value observations, for the front's observation batch
         obs_parts: list[Part] = []
         sub_obs: dict[int, list[Any]] = {}
         arrays_obs: list[tuple[int, Any]] = []
         resets: dict[int, list[dict[str, Any]]] = {}
+        restarting = self._restarted if self._any_restarted else None
         for lo, data in parts:
-            if isinstance(data, ChunkReply):
+            if restarting is None or not restarting[lo]:
                 events += [(lo + i, k, info) for i, k, info in data.infos]
                 for i, seen in data.sub_obs or ():
                     sub_obs[lo + i] = seen
@@ -243,12 +251,11 @@ class ChunkStepping:
                     rewards[lo:hi], terms[lo:hi], truncs[lo:hi], steps[lo:hi] = r, te, tr, st
                     if ob is not None:
                         arrays_obs.append((lo, ob))
-                obs_parts.append((lo, (None, data.obs)))
+                obs_parts.append((lo, UnitReply(None, data.obs)))
             else:  # a restarted unit's answer: its reset's (events, by-value observations)
-                infos, obs = data[0], data[1]
-                for local, info in as_events(infos) if infos else ():
+                for local, info in as_events(data.infos) if data.infos else ():
                     resets.setdefault(lo + local, []).append(info)
-                obs_parts.append((lo, (None, obs)))
+                obs_parts.append((lo, UnitReply(None, data.obs)))
         restarted = np.flatnonzero(self._restarted).tolist() if self._any_restarted else []
         lost_at: dict[int, int] = {}
         for i in restarted:

@@ -23,12 +23,13 @@ a chunk without ``all_obs`` goes to the main block's rows, as a step's does.
 ``c_steps`` is written after every sub-step, so that after a worker's death the parent knows
 the sub-step at which each of its envs was lost.
 
-The actions go to the ``c_act<k>`` regions when every leaf of the batch is in the space's dtype
-(the usual case), and the command is then the same few bytes for every unit; a batch in other
-dtypes travels in the command instead (the unit's rows, one array per leaf, kept in the
-caller's dtype, as ``step()`` hands them over). Measured on CartPole x 4 (2 workers), chunks
-of 1: ~11 us of pickling per worker per chunk for the arrays in the command, ~2 us for one
-shared payload.
+A chunk is the step command of the front's core with K sub-steps (``StepEnvsPayload`` with
+``substeps`` = K, addressing every env of the unit). The actions go to the ``c_act<k>``
+regions when every leaf of the batch is in the space's dtype (the usual case), and the command
+is then a few bytes, the same for every unit of a size; a batch in other dtypes travels in the
+command instead (the unit's rows, one array per leaf, kept in the caller's dtype, as
+``step()`` hands them over). Measured on CartPole x 4 (2 workers): ~11 us of pickling per
+worker per chunk with the arrays in the command, ~2.5 us without.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import numpy as np
 from gymnasium import Space
 
 from subvec import _spaces
-from subvec._protocol import ChunkBlockSpec, ChunkPayload
+from subvec._commands import ChunkBlockSpec, StepEnvsPayload
 from subvec._shm import BlockLayout, SharedBlock
 from subvec._slab import ChunkArrays, ChunkResult, EnvSlab
 
@@ -265,25 +266,28 @@ class ChunkAttachment:
             block.close()
 
 
-def run_chunk(slab: EnvSlab, payload: ChunkPayload, views: ChunkViews) -> ChunkResult:
-    """Run the chunk ``payload`` describes on ``slab``'s envs, into its rows of ``views``.
+def run_chunk(slab: EnvSlab, payload: StepEnvsPayload, views: ChunkViews) -> ChunkResult:
+    """Run the chunk ``payload`` describes (a STEP_ENVS of ``substeps`` > 1) on ``slab``'s
+    envs ``payload.envs``, into its rows of ``views``.
 
     Raises:
         Exception: what an env raised (see ``EnvSlab.step_chunk``).
     """
     lo = slab.first_index
     hi = lo + len(slab.envs)
-    out = views.rows(lo, hi, payload.chunk, payload.all_obs)
+    chunk = payload.substeps
+    out = views.rows(lo, hi, chunk, payload.all_obs)
     if payload.actions is None:  # in the chunk block
-        read = views.reader(lo, hi, payload.chunk)
+        read = views.reader(lo, hi, chunk)
     else:
         space = slab.envs[0].action_space
-        batch = _spaces.ChunkBatch(payload.chunk, tuple(payload.actions))
-        read = _spaces.chunk_reader(space, batch)
+        read = _spaces.chunk_reader(space, _spaces.ChunkBatch(chunk, tuple(payload.actions)))
+    envs = payload.envs
     return slab.step_chunk(
         out,
         read,
-        payload.chunk,
+        chunk,
         stop_on_done=payload.stop_on_done,
         all_obs=payload.all_obs,
+        envs=None if len(envs) == hi - lo else envs,
     )

@@ -21,11 +21,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from subvec._backend import PLAIN, Backend, Failure, Outcome, Unit
-from subvec._protocol import Command, ResetPayload
-from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note
+from subvec._backend import Collected, Failure, Outcome, Unit
+from subvec._commands import ResetPayload
+from subvec._units import Units
+from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note, first_line
 
-__all__ = ["BROKEN_ADVICE", "DEFAULT_MAX_RESTARTS", "FailurePolicy", "RestartRecord", "Restarted"]
+__all__ = [
+    "BROKEN_ADVICE",
+    "DEFAULT_MAX_RESTARTS",
+    "FailurePolicy",
+    "RestartRecord",
+    "Restarted",
+]
 
 #: Restarts allowed over the life of a vector env with on_worker_failure="restart".
 DEFAULT_MAX_RESTARTS = 100
@@ -99,13 +106,14 @@ class FailurePolicy:
 
     def restart(
         self,
-        backend: Backend,
+        units: Units,
         failures: Sequence[Failure],
         timeout: float | None,
         build_timeout: float | None,
         seeds: Callable[[Unit], Sequence[int | None]],
         stored: Callable[[Unit], Sequence[dict[str, Any] | None] | None] | None = None,
         options: Callable[[Unit], Any] | None = None,
+        into: dict[int, Outcome] | None = None,
     ) -> Restarted:
         """Replace each failed unit (building its envs within ``build_timeout``) and reset its
         envs with ``seeds(unit)`` (within ``timeout``), taking that reset's outcome as the
@@ -116,14 +124,16 @@ class FailurePolicy:
         Returns:
             The resets' outcomes; and, when a replacement failed to start or to reset, the
             error that breaks the vector env (the units after it are left as they are).
+            ``into``: where the outcomes go as they come (an interrupted restart keeps the
+            ones done).
         """
-        done = Restarted()
+        done = Restarted(into if into is not None else {})
         for failure in failures:
             envs = tuple(range(failure.unit.lo, failure.unit.hi))
             try:
-                unit = backend.restart(failure.unit, build_timeout)
+                unit = units.replace(failure.unit, build_timeout)
             except Exception as exc:  # the factory raised, or the new worker died or hung
-                reason = f"{failure.message}; its replacement failed: {_first_line(exc)}"
+                reason = f"{failure.message}; its replacement failed: {first_line(exc)}"
                 self.restarts.append(
                     RestartRecord(failure.unit.index, envs, reason, time.monotonic())
                 )
@@ -136,13 +146,12 @@ class FailurePolicy:
             kept = None if stored is None else stored(unit)
             named = None if options is None else options(unit)
             payload = ResetPayload(seeds(unit), named, None, kept)
-            backend.send(Command.RESET, payload, units=[unit])
-            got = backend.collect(timeout, "resetting a restarted worker", units=[unit])
-            if got is not None and got.failures:
+            got = units.reset(unit, payload, timeout, "resetting a restarted worker")
+            if isinstance(got, Collected):
                 done.error, _ = self.error(got.failures, timeout)
                 done.reason = got.failures[0].message
                 return done
-            done.outcomes[unit.index] = got.outcomes[unit.index] if got is not None else PLAIN
+            done.outcomes[unit.index] = got
         return done
 
     def call_error(self, failures: Sequence[Failure], timeout: float | None) -> BaseException:
@@ -154,8 +163,3 @@ class FailurePolicy:
             "the next step reports those envs truncated with infos['worker_restarted']",
         )
         return error
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"

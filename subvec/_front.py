@@ -8,7 +8,9 @@
                  └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
 
 Its mixins add asynchronous stepping (``_async``), calls and attributes (``_calls``) and
-recycling (``_recycle``); the call states are ``_state``.
+recycling (``_recycle``); the call states are ``_state``. Its units and every replacement of
+one go through ``_units``; per-env results are read out of a unit's reply by ``_results``,
+for lock-step and async alike.
 
 The front knows no pipes and no processes. Every fixed-size result of a call is already in the
 batch arrays when a unit answers (for the process backend those are views of the shared
@@ -37,23 +39,25 @@ from gymnasium.vector.utils import (
 )
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
-from subvec import _protocol as proto
 from subvec._async import AsyncStepping
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
 from subvec._block import BatchViews
 from subvec._calls import EnvCalls, EnvIds
 from subvec._chunk_front import ChunkStepping
-from subvec._failures import FailurePolicy, RestartRecord
-from subvec._infos import as_events
-from subvec._merge import InfoMerger, Part, make_merger
-from subvec._protocol import (
+from subvec._commands import (
     Command,
     ResetOptionsPayload,
     ResetPayload,
     Status,
     StepPayload,
+    UnitReply,
+    raise_first,
 )
+from subvec._failures import FailurePolicy, RestartRecord
+from subvec._infos import as_events
+from subvec._merge import InfoMerger, Part, make_merger
 from subvec._recycle import RecyclingFront
+from subvec._results import final_event
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
 from subvec._spaces import (
@@ -64,6 +68,7 @@ from subvec._spaces import (
     without_tensors,
 )
 from subvec._state import _ASYNC_NAME, _WAITING, _State
+from subvec._units import Units
 from subvec.errors import BrokenVectorEnvError, add_note
 
 __all__ = [
@@ -221,7 +226,8 @@ class VectorFront(
         #: ``"same"``, ``"different"`` or ``(observation_space, single_observation_space)``
         self.observation_mode = check_observation_mode(observation_mode)
         self._backends: list[Backend] = []
-        self._units: list[Unit] = []
+        #: every unit, which runs which env, and the one replacement driver
+        self._units = Units([], num_envs)
 
     # --- what the subclass sets up ----------------------------------------------------------
 
@@ -269,7 +275,7 @@ class VectorFront(
         self._backends = list(backends)
         # Inline backends run their share while the others' units are busy: collect them first.
         self._collect_order = sorted(self._backends, key=lambda b: not b.inline)
-        self._units = sorted((u for b in self._backends for u in b.units), key=lambda u: u.lo)
+        self._units = Units(self._backends, self.num_envs)
         self._info_units = frozenset(
             u.index for b in self._backends if not b.inline for u in b.units
         )
@@ -350,15 +356,6 @@ class VectorFront(
         """The bound on building a replacement's envs: ``start_timeout`` when given, else the
         bound of the call that met the failure."""
         return self.start_timeout if self.start_timeout is not None else timeout
-
-    def _all_units(self) -> list[Unit]:
-        return sorted((u for b in self._backends for u in b.units), key=lambda u: u.lo)
-
-    def _unit(self, index: int) -> Unit:
-        units = self._units
-        if index < len(units) and units[index].index == index:  # sorted by lo: the usual case
-            return units[index]
-        return next(u for u in units if u.index == index)
 
     # --- state checks ------------------------------------------------------------------------
 
@@ -480,7 +477,7 @@ class VectorFront(
         got = [c for c in collected if c is not None]
         if not got and not answered:  # every unit said a plain OK
             self._state = _State.IDLE
-            return self._block_parts(self._units) if state is _State.WAITING_STEP else []
+            return self._block_parts(self._units.all) if state is _State.WAITING_STEP else []
         if len(got) == 1 and not answered:
             return self._parts(state, got[0], timeout, restart)
         outcomes: dict[int, Outcome] = dict(answered)
@@ -516,7 +513,7 @@ class VectorFront(
         parts: list[Part] = []
         errors = []
         step = state is _State.WAITING_STEP and self._info_block is not None
-        for unit in self._units:
+        for unit in self._units.all:
             status, value = outcomes.get(unit.index, PLAIN)
             if status is Status.OK_PAYLOAD:
                 parts.append((unit.lo, value))
@@ -524,7 +521,7 @@ class VectorFront(
                 errors.append(value)
             elif step and unit.index not in recovered:  # a restarted unit's reply is a reset's
                 parts += self._block_parts((unit,))
-        proto.raise_first(errors)
+        raise_first(errors)
         return parts
 
     def _fail(self, failures: list[Failure], timeout: float | None) -> None:
@@ -567,34 +564,27 @@ class VectorFront(
         call = state is _State.WAITING_CALL
         if call and self._obs_slots is not None:
             self._fresh_obs_slot()  # the resets below must not write into the caller's batch
-        by_unit: dict[int, list[Failure]] = {}
-        for failure in failures:
-            by_unit.setdefault(self._backend_of(failure.unit), []).append(failure)
         outcomes: dict[int, Outcome] = {}
-        build_timeout = self._build_timeout(timeout)
         try:
-            for b, mine in by_unit.items():
-                done = self._policy.restart(
-                    self._backends[b],
-                    mine,
-                    timeout,
-                    build_timeout,
-                    seeds,
-                    self._stored_options,
-                    named if request is not None else None,
-                )
-                outcomes.update(done.outcomes)
-                if done.error is not None:
-                    lost = [f.unit.index for f in failures if f.unit.index not in outcomes]
-                    self._break(lost, done.reason)
-                    raise done.error
+            done = self._policy.restart(
+                self._units,
+                failures,
+                timeout,
+                self._build_timeout(timeout),
+                seeds,
+                self._stored_options,
+                named if request is not None else None,
+                into=outcomes,
+            )
+            if done.error is not None:
+                lost = [f.unit.index for f in failures if f.unit.index not in outcomes]
+                self._break(lost, done.reason)
+                raise done.error
         except BaseException:
             if self._state is not _State.BROKEN:  # interrupted (Ctrl-C) in the middle
                 lost = [f.unit.index for f in failures if f.unit.index not in outcomes]
                 self._break(lost, "interrupted while restarting " + failures[0].unit.describe())
             raise
-        finally:
-            self._units = self._all_units()
         if not call:
             for failure in failures:
                 self._restarted[failure.unit.lo : failure.unit.hi] = True
@@ -610,20 +600,14 @@ class VectorFront(
             self._pending[index] = outcome
             self._any_restarted = True
             if not self._obs_shared and outcome[0] is Status.OK_PAYLOAD:
-                lo = self._unit(index).lo
-                for local, value in outcome[1][1] or ():
+                lo = self._units.unit(index).lo
+                for local, value in outcome[1].obs or ():
                     self._env_obs[lo + local] = value  # what a reset or the next step shows
         if env_errors:
             for env_error in env_errors:
                 add_note(env_error, f"while resetting the envs of a replacement: {error}")
-            proto.raise_first(env_errors)
+            raise_first(env_errors)
         raise error
-
-    def _backend_of(self, unit: Unit) -> int:
-        for b, backend in enumerate(self._backends):
-            if any(u is unit for u in backend.units):
-                return b
-        raise LookupError(f"no backend runs {unit.describe()}")
 
     # --- reset -------------------------------------------------------------------------------
 
@@ -701,7 +685,7 @@ class VectorFront(
             self._any_restarted = False
         # Envs restarted during a call: this reset's infos flag them. (Rebuilt ones are not
         # flagged: the caller saw the vector env break, and the result is a fresh env's.)
-        for unit in [self._unit(i) for i in self._pending]:
+        for unit in [self._units.unit(i) for i in self._pending]:
             self._restarted[unit.lo : unit.hi] = True
             self._any_restarted = True
         self._pending = {}
@@ -728,29 +712,26 @@ class VectorFront(
         timeout = self._build_timeout(self.default_timeout)
         reason = self._broken_reason
         rebuilt: list[Unit] = []
-        try:
-            for backend in self._backends:
-                dead = {u.index for u in backend.dead()}
-                for unit in list(backend.units):
-                    if unit.index not in self._broken_units and unit.index not in dead:
-                        continue
-                    self._broken_units.add(unit.index)  # until its replacement has started
-                    try:
-                        new = backend.restart(unit, timeout)
-                    except Exception as exc:
-                        add_note(
-                            exc,
-                            f"rebuilding {unit.describe()} for reset() failed; the vector env "
-                            "stays broken: reset() again, or close() it",
-                        )
-                        raise
-                    self._broken_units.discard(unit.index)
-                    envs = tuple(range(new.lo, new.hi))
-                    why = f"rebuilt by reset() after: {reason}"
-                    self._rebuilds.append(RestartRecord(new.index, envs, why, time.monotonic()))
-                    rebuilt.append(new)
-        finally:
-            self._units = self._all_units()
+        for backend in self._backends:
+            dead = {u.index for u in backend.dead()}
+            for unit in list(backend.units):
+                if unit.index not in self._broken_units and unit.index not in dead:
+                    continue
+                self._broken_units.add(unit.index)  # until its replacement has started
+                try:
+                    new = self._units.replace(unit, timeout)
+                except Exception as exc:
+                    add_note(
+                        exc,
+                        f"rebuilding {unit.describe()} for reset() failed; the vector env "
+                        "stays broken: reset() again, or close() it",
+                    )
+                    raise
+                self._broken_units.discard(unit.index)
+                envs = tuple(range(new.lo, new.hi))
+                why = f"rebuilt by reset() after: {reason}"
+                self._rebuilds.append(RestartRecord(new.index, envs, why, time.monotonic()))
+                rebuilt.append(new)
         self._state = _State.IDLE
         self._broken_reason = ""
         return rebuilt
@@ -1031,12 +1012,12 @@ class VectorFront(
             # not step them.
             self._answered, self._pending = self._pending, {}
             for index in self._answered:
-                unit = self._unit(index)
+                unit = self._units.unit(index)
                 self._restarted[unit.lo : unit.hi] = True
                 self._any_restarted = True
         if self._obs_slots is not None:  # only now: nothing was refused
             if self._answered:
-                self._fresh_obs_slot([self._unit(i) for i in self._answered])
+                self._fresh_obs_slot([self._units.unit(i) for i in self._answered])
             else:
                 self._pick_obs_slot()
 
@@ -1135,7 +1116,7 @@ class VectorFront(
         assert rows is not None
         sent = dict(parts)
         out: list[Part] = []
-        for unit in self._units:
+        for unit in self._units.all:
             lo, hi = unit.lo, unit.hi
             data = sent.get(lo)
             mine = [i - lo for i in ended if lo <= i < hi]
@@ -1143,7 +1124,7 @@ class VectorFront(
                 if data is not None:
                     out.append((lo, data))
                 continue
-            events = list(as_events(data[0])) if data is not None else []
+            events = list(as_events(data.infos)) if data is not None else []
             # Envs that sent their final event (the observation in the block or by value,
             # when it did not fit the block's row) need no stand-in.
             kept = {e for e, info in events if "final_obs" in info and "final_info" in info}
@@ -1157,10 +1138,9 @@ class VectorFront(
                     merged.append((local, {"final_obs": FinalObsInBlock, "final_info": {}}))
             merged += events[k:]
             for local, info in merged:
-                if info.get("final_obs") is FinalObsInBlock:
-                    # [i, ...]: a 0-d leaf stays an array
-                    info["final_obs"] = rows[lo + local, ...].copy()
-            out.append((lo, (merged, data[1] if data is not None else None)))
+                if "final_obs" in info:
+                    final_event(info, rows, lo + local)
+            out.append((lo, UnitReply(merged, data.obs if data is not None else None)))
         return out
 
     def _block_parts(self, units: Iterable[Unit]) -> list[Part]:
@@ -1174,14 +1154,14 @@ class VectorFront(
             if unit.index in self._info_units:
                 columns = info_block.columns(unit)
                 if columns is not None:
-                    parts.append((unit.lo, (columns, None)))
+                    parts.append((unit.lo, UnitReply(columns, None)))
         return parts
 
     def _observations_out(self, parts: Sequence[Part]) -> Any:
         if not self._obs_shared:
             for lo, data in parts:
                 if data is not None:
-                    for local, value in data[1] or ():
+                    for local, value in data.obs or ():
                         self._env_obs[lo + local] = value
             if self._obs_split is not None:
                 return self._split_out()

@@ -16,11 +16,17 @@ from typing import Any
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec import _protocol as proto
 from subvec._backend import PLAIN, Collected, Outcome, Unit
 from subvec._block import bind_rows
 from subvec._chunks import ChunkAttachment, run_chunk
-from subvec._protocol import AttachSpec, ChunkReply, Command, ErrorRecord, Status
+from subvec._commands import (
+    Command,
+    ErrorRecord,
+    Status,
+    UnitReply,
+    rebuild_remote_error,
+)
+from subvec._protocol import AttachSpec
 from subvec._slab import ChunkResult, EnvSlab, SlabResult
 
 __all__ = ["LocalShare"]
@@ -53,7 +59,7 @@ class LocalShare:
             for env in envs:
                 env.close()
             record = ErrorRecord.capture(exc, lo + len(envs), "make")
-            raise proto.rebuild_remote_error(record, os.getpid()) from None
+            raise rebuild_remote_error(record, os.getpid()) from None
         self.slab = EnvSlab(envs, lo, autoreset_mode)
         self._pending: Callable[[], Any] | None = None
         self._command = Command.STEP
@@ -108,11 +114,11 @@ class LocalShare:
             self._pending = lambda: slab.reset(
                 payload.seeds, payload.options, payload.mask, payload.stored
             )
-        elif command is Command.STEP_ENVS:
-            self._pending = lambda: slab.step_envs(payload.envs, payload.actions)
-        elif command is Command.STEP_CHUNK:
+        elif command is Command.STEP_ENVS and payload.substeps > 1:  # an action chunk
             views = self._chunks.get(payload.block, *self._spaces)
             self._pending = lambda: run_chunk(slab, payload, views)
+        elif command is Command.STEP_ENVS:
+            self._pending = lambda: slab.step_envs(payload.envs, payload.actions)
         elif command is Command.CALL:
             self._pending = lambda: slab.call(
                 payload.name, payload.args, payload.kwargs, payload.envs, payload.function
@@ -146,11 +152,11 @@ class LocalShare:
             result = pending()
         except Exception as exc:
             record = ErrorRecord.capture(exc, self.slab.current_env, self._command.name.lower())
-            return Status.ERROR, proto.rebuild_remote_error(record, os.getpid())
+            return Status.ERROR, rebuild_remote_error(record, os.getpid())
         if isinstance(result, ChunkResult):  # as a worker replies (see _worker)
             if result.is_empty():
                 return PLAIN
-            return Status.OK_PAYLOAD, ChunkReply(result.infos, result.obs, result.sub_obs)
+            return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, None, result.sub_obs)
         if isinstance(result, SlabResult):
             if result.is_empty():
                 return PLAIN
@@ -159,8 +165,8 @@ class LocalShare:
                     (local, ErrorRecord.capture(exc, self.lo + local, "step"))
                     for local, exc in result.errors or ()
                 ]
-                return Status.OK_PAYLOAD, (result.infos, result.obs, errors)
-            return Status.OK_PAYLOAD, (result.infos, result.obs)
+                return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, errors)
+            return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs)
         if result is None:  # set_attr, set_reset_options
             return PLAIN
         return Status.OK_PAYLOAD, result
@@ -193,5 +199,5 @@ class LocalShare:
             slab.close()
         except Exception as exc:
             record = ErrorRecord.capture(exc, slab.current_env, "close")
-            return proto.rebuild_remote_error(record, os.getpid())
+            return rebuild_remote_error(record, os.getpid())
         return None

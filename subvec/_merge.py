@@ -29,7 +29,8 @@ __all__ = [
     "with_chunk_axis",
 ]
 
-#: (first env index of a unit, (infos, by-value observations) or None)
+#: (first env index of a unit, what it said beyond the batch arrays: a step's or a reset's
+#: :class:`UnitReply`, a call's results, or None)
 Part = tuple[int, Any]
 #: gymnasium's ``VectorEnv._add_info``, bound to a vector env
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
@@ -76,7 +77,7 @@ class GymnasiumInfos(InfoMerger):
     def merge(self, parts: Sequence[Part], restarted: Sequence[int]) -> dict[str, Any]:
         if not parts and not restarted:
             return {}  # the usual cheap-env step: no env said anything
-        sent = [(lo, data[0]) for lo, data in parts if data is not None]
+        sent = [(lo, data.infos) for lo, data in parts if data is not None]
         if not restarted and all(type(infos) is InfoColumns for _, infos in sent):
             merged = merge_columns(sent, self.num_envs)  # the workers' scalar infos
             if merged is not None:
@@ -101,7 +102,7 @@ class ListInfos(InfoMerger):
     def merge(self, parts: Sequence[Part], restarted: Sequence[int]) -> list[dict[str, Any]]:
         per_env: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         for lo, data in parts:
-            for local, info in as_events(data[0]) if data is not None else ():
+            for local, info in as_events(data.infos) if data is not None else ():
                 per_env[lo + local].update(info)
         for i in restarted:
             per_env[i]["worker_restarted"] = True
@@ -117,7 +118,7 @@ class LegacyInfos(InfoMerger):
             return infos
         for lo, data in parts:
             if data is not None:
-                for env_index, info in _legacy_events(as_events(data[0]), lo):
+                for env_index, info in _legacy_events(as_events(data.infos), lo):
                     try:
                         infos = _add_info_legacy(infos, info, env_index, self.num_envs)
                     except OverflowError as exc:

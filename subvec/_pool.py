@@ -389,7 +389,9 @@ class WorkerPool:
         data = b"" if payload is None else dump(payload)
         self._queued.clear()  # a command gathered no further (interrupted) has no more turns
         first = len(targets)
-        if self.max_active is not None and command in _IN_TURNS:
+        if self.max_active is not None and (
+            command in _IN_TURNS or _is_chunk(command, payload, per_unit, targets)
+        ):
             first = self.max_active
         bell = self.resources.bell
         if bell is not None and first == len(targets):
@@ -1095,4 +1097,14 @@ PLAIN_OK: Reply = (Status.OK, b"")
 _CLOUDPICKLED = (Command.CALL, Command.SET_ATTR, Command.RESET, Command.SET_RESET_OPTIONS)
 #: commands that run envs, and so take turns with ``max_active`` (gymnasium's max_concurrency
 #: limits ``step`` and ``reset``; calls and attributes run everywhere at once)
-_IN_TURNS = (Command.STEP, Command.RESET, Command.STEP_CHUNK)
+_IN_TURNS = (Command.STEP, Command.RESET)
+
+
+def _is_chunk(
+    command: Command, payload: Any, per_unit: Callable[[Any], Any] | None, targets: Sequence[Any]
+) -> bool:
+    """An action chunk (a STEP_ENVS of several sub-steps): it runs envs as a step does."""
+    if command is not Command.STEP_ENVS or not targets:
+        return False
+    record = payload if per_unit is None else per_unit(targets[0])
+    return bool(record.substeps > 1)

@@ -40,11 +40,8 @@ from ray.util.placement_group import remove_placement_group
 from subvec import _spaces
 from subvec._backend import PLAIN, Collected, Failure, Unit
 from subvec._block import ActionRegions, _act, _action_itemsize
-from subvec._infos import InfoEvent
-from subvec._protocol import (
+from subvec._commands import (
     CallPayload,
-    ChunkPayload,
-    ChunkReply,
     Command,
     ErrorRecord,
     ResetOptionsPayload,
@@ -53,12 +50,15 @@ from subvec._protocol import (
     Status,
     StepEnvsPayload,
     StepPayload,
+    UnitReply,
 )
+from subvec._infos import InfoEvent
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
     WorkerDiedError,
     WorkerTimeoutError,
+    first_line,
 )
 from subvec.vector import SubprocVectorEnv
 
@@ -257,10 +257,10 @@ class EnvActor:
                 obs, infos = env.reset(seed=list(reset.seeds), options=options)
                 reply = StepReply(self._obs(obs), None, None, None, _events(infos, False))
                 outcome = Status.OK_PAYLOAD, reply
+            elif command == Command.STEP_ENVS and payload.substeps > 1:  # an action chunk
+                outcome = self._step_chunk(payload)
             elif command == Command.STEP_ENVS:
                 outcome = self._step_envs(payload)
-            elif command == Command.STEP_CHUNK:
-                outcome = self._step_chunk(payload)
             elif command == Command.CALL:
                 call: CallPayload = payload
                 ids = None if call.envs is None else list(call.envs)
@@ -325,7 +325,7 @@ class EnvActor:
         events = [(done[i], info) for i, info in reply.events]
         return Status.OK_PAYLOAD, (reply._replace(events=events), done, errors)
 
-    def _step_chunk(self, payload: ChunkPayload) -> tuple[Status, Any]:
+    def _step_chunk(self, payload: StepEnvsPayload) -> tuple[Status, Any]:
         """One chunk on the local vector env (its workers run the sub-steps): the reply
         holds the arrays, the events ``(local env, sub-step, info)`` and, for observations
         that travel by value, each env's last one."""
@@ -345,7 +345,7 @@ class EnvActor:
         steps = np.array([info["chunk_steps"] for info in infos], dtype=np.int64)
         by_value = self._obs(obs) if self._obs_by_value else None
         arrays = (rewards, terms, truncs, steps, None if by_value is not None else obs)
-        return Status.OK_PAYLOAD, ChunkReply(events, by_value, None, arrays)
+        return Status.OK_PAYLOAD, UnitReply(events, by_value, None, None, arrays)
 
     def _obs_batch(self, obs_rows: list[Any]) -> Any:
         if self._obs_by_value:
@@ -438,11 +438,6 @@ def _assign_rows(batch: Any, rows: Any, where: slice | list[int]) -> None:
     else:
         for value, part in zip(batch, rows):
             _assign_rows(value, part, where)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 #: a unit sent nothing (a masked reset that leaves all its envs alone): it answers a plain OK
@@ -577,7 +572,7 @@ class RayActors:
                 status, value = ray.get(ref)
             except RayError as exc:
                 raise WorkerDiedError(
-                    f"{unit.describe()} died while building its envs: {_first_line(exc)}",
+                    f"{unit.describe()} died while building its envs: {first_line(exc)}",
                     env_indices=range(unit.lo, unit.hi),
                 ) from exc
             if status is Status.ERROR:
@@ -717,7 +712,7 @@ class RayActors:
         except RayActorError as exc:
             self._dead.add(unit.index)
             into.failures.append(
-                Failure(unit, "died", f"{unit.describe()} died ({_first_line(exc)})")
+                Failure(unit, "died", f"{unit.describe()} died ({first_line(exc)})")
             )
             return
         except RayTaskError as exc:  # run() itself failed: not an env's doing
@@ -726,7 +721,7 @@ class RayActors:
         except RayError as exc:  # the reply was lost with its node
             self._dead.add(unit.index)
             into.failures.append(
-                Failure(unit, "died", f"{unit.describe()} was lost ({_first_line(exc)})")
+                Failure(unit, "died", f"{unit.describe()} was lost ({first_line(exc)})")
             )
             return
         if restarts:
@@ -747,7 +742,10 @@ class RayActors:
             self._write(reply, slice(unit.lo, unit.hi))
             by_value = reply.obs if self._observations is None else None
             if reply.events or by_value is not None:
-                into.outcomes[unit.index] = (Status.OK_PAYLOAD, (reply.events, by_value))
+                into.outcomes[unit.index] = (Status.OK_PAYLOAD, UnitReply(reply.events, by_value))
+            return
+        if command is Command.STEP_ENVS and isinstance(value, UnitReply):  # an action chunk
+            into.outcomes[unit.index] = (Status.OK_PAYLOAD, value)
             return
         if command is Command.STEP_ENVS:
             reply, done, errors = value
@@ -755,7 +753,10 @@ class RayActors:
             by_value = None
             if self._observations is None:
                 by_value = list(zip(done, reply.obs))
-            into.outcomes[unit.index] = (Status.OK_PAYLOAD, (reply.events, by_value, errors))
+            into.outcomes[unit.index] = (
+                Status.OK_PAYLOAD,
+                UnitReply(reply.events, by_value, errors),
+            )
             return
         if status is not Status.OK:
             into.outcomes[unit.index] = (status, value)

@@ -32,12 +32,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec._backend import PLAIN, Backend, Failure, Outcome, Unit
-from subvec._failures import RestartRecord, _first_line
+from subvec._backend import Collected, Failure, Outcome, Unit
+from subvec._commands import ResetPayload, Status, UnitReply, raise_first
+from subvec._failures import RestartRecord
 from subvec._infos import as_events
 from subvec._merge import Part
-from subvec._protocol import Command, ResetPayload, Status, raise_first
 from subvec._stats import process_rss
+from subvec._units import Units
+from subvec.errors import first_line
 
 __all__ = ["RecyclePolicy", "RecyclingFront"]
 
@@ -187,8 +189,7 @@ class RecyclingFront:
     autoreset_mode: AutoresetMode
     default_timeout: float | None
     _recycling: RecyclePolicy | None = None
-    _units: list[Unit]
-    _backends: list[Backend]
+    _units: Units
     _rewards: np.ndarray
     _terminations: np.ndarray
     _truncations: np.ndarray
@@ -198,9 +199,7 @@ class RecyclingFront:
 
     if TYPE_CHECKING:
 
-        def _backend_of(self, unit: Unit) -> int: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
-        def _all_units(self) -> list[Unit]: ...
         def _break(self, units: list[int], reason: str) -> None: ...
         def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
         def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None: ...
@@ -227,18 +226,15 @@ class RecyclingFront:
         policy = self._recycling
         assert policy is not None
         old_pid = unit.pid
-        backend = self._backends[self._backend_of(unit)]
         try:
-            new = backend.restart(unit, self._build_timeout(self.default_timeout))
+            new = self._units.replace(unit, self._build_timeout(self.default_timeout))
         except BaseException as exc:
-            failed = f"{reason}; its replacement failed: {_first_line(exc)}"
+            failed = f"{reason}; its replacement failed: {first_line(exc)}"
             policy.records.append(
                 RestartRecord(unit.index, tuple(range(unit.lo, unit.hi)), failed, time.monotonic())
             )
             self._break([unit.index], f"recycling {unit.describe()} failed: {exc}")
             raise
-        finally:
-            self._units = self._all_units()
         policy.record(unit, old_pid, new, reason)
         return new
 
@@ -247,16 +243,13 @@ class RecyclingFront:
         policy = self._recycling
         assert policy is not None
         timeout = self.default_timeout
-        backend = self._backends[self._backend_of(unit)]
         seeds = [policy.seed_for(i) for i in range(unit.lo, unit.hi)]
         payload = ResetPayload(seeds, None, None, self._stored_options(unit))
-        backend.send(Command.RESET, payload, units=[unit])
-        got = backend.collect(timeout, "resetting a recycled worker", units=[unit])
-        if got is None:
-            return PLAIN
-        if got.failures:
+        got = self._units.reset(unit, payload, timeout, "resetting a recycled worker")
+        if isinstance(got, Collected):
             self._fail(got.failures, timeout)  # raises
-        return got.outcomes[unit.index]
+            raise AssertionError("unreachable")
+        return got
 
     def _recycle_before_step(self) -> None:
         """NEXT_STEP, before a step is sent: each due worker is replaced and its reset is this
@@ -268,7 +261,7 @@ class RecyclingFront:
             self._any_recycled = False
         if not policy.due or self.autoreset_mode is not AutoresetMode.NEXT_STEP:
             return
-        for unit, reason in policy.take_due(self._units):
+        for unit, reason in policy.take_due(self._units.all):
             new = self._recycle(unit, reason)
             self._answered[new.index] = self._reset_recycled(new)
             self._recycled[new.lo : new.hi] = True
@@ -282,7 +275,7 @@ class RecyclingFront:
         policy.seeded(seeds, mask)
         if not policy.due:
             return
-        for unit, reason in policy.take_due(self._units, mask):
+        for unit, reason in policy.take_due(self._units.all, mask):
             new = self._recycle(unit, reason)
             for i in range(new.lo, new.hi):
                 if seeds[i] is None:
@@ -301,7 +294,7 @@ class RecyclingFront:
         if self._any_restarted:
             ended &= ~self._restarted
         if ended.any():
-            policy.count(self._units, ended)
+            policy.count(self._units.all, ended)
 
     def _recycle_same_step(self, parts: Sequence[Part]) -> Sequence[Part]:
         """SAME_STEP, a step's parts (final observations resolved): each due worker whose env
@@ -313,7 +306,7 @@ class RecyclingFront:
             return parts
         by_lo: dict[int, Any] = dict(parts)
         errors = []
-        for unit, reason in policy.take_due(self._units):
+        for unit, reason in policy.take_due(self._units.all):
             lo, hi = unit.lo, unit.hi
             # The reset clears the rows' flags in the block; this step's are the old env's end.
             flags = self._terminations[lo:hi].copy(), self._truncations[lo:hi].copy()
@@ -324,14 +317,15 @@ class RecyclingFront:
                 errors.append(value)
                 continue
             old = by_lo.get(new.lo)
-            events = list(as_events(old[0])) if old is not None and old[0] else []
+            events = list(as_events(old.infos)) if old is not None and old.infos else []
             # One env per worker: its first event with a final observation is the end's; the
             # events after it were the old env's reset info.
             final = [e for e in events if "final_obs" in e[1]][:1]
             if status is Status.OK_PAYLOAD:
-                infos, obs = value
-                by_lo[new.lo] = (final + list(as_events(infos) if infos else ()), obs)
+                reply: UnitReply = value
+                events = final + list(as_events(reply.infos) if reply.infos else ())
+                by_lo[new.lo] = UnitReply(events, reply.obs)
             else:
-                by_lo[new.lo] = (final, None)
+                by_lo[new.lo] = UnitReply(final, None)
         raise_first(errors)
         return sorted(by_lo.items())

@@ -43,7 +43,7 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec._protocol import StepPayload
+from subvec._commands import StepPayload
 from subvec.errors import add_note
 
 __all__ = [

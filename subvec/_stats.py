@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from subvec._commands import WorkerCounters
 from subvec._failures import RestartRecord
-from subvec._protocol import WorkerCounters
 
 __all__ = ["WorkerStats", "process_rss", "worker_stats"]
 

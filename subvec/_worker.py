@@ -42,7 +42,15 @@ from subvec._bootstrap import Lifeline, adopt_registry, tie_to_parent
 from subvec._chunks import ChunkAttachment, run_chunk
 from subvec._gpus import gpu_environment
 from subvec._infos import InfoBlockWriter, to_columns
-from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
+from subvec._protocol import (
+    AttachSpec,
+    Command,
+    ErrorRecord,
+    Status,
+    StepEnvsPayload,
+    UnitReply,
+    WorkerHello,
+)
 from subvec._shm import SharedBlock
 from subvec._slab import EnvSlab, SlabResult
 from subvec._starts import BuildFailure, StartGate, build_env, maybe_token
@@ -159,7 +167,7 @@ def worker_main(
 # Enum members as module constants: the per-step path compares against them every step.
 _STEP, _CLOSE = Command.STEP, Command.CLOSE
 #: the commands that write observations (into the slot the parent picked)
-_WRITES_OBS = (Command.STEP, Command.RESET, Command.STEP_ENVS, Command.STEP_CHUNK)
+_WRITES_OBS = (Command.STEP, Command.RESET, Command.STEP_ENVS)
 _OK, _OK_PAYLOAD = Status.OK, Status.OK_PAYLOAD
 
 
@@ -183,7 +191,7 @@ class _Server:
         #: with observation slots: a row writer per slot, and the cell that picks one
         self.obs_writers: list[Any] = []
         self.obs_slot_cell: memoryview | None = None
-        #: the chunk block named by the last STEP_CHUNK, and the single observation and action
+        #: the chunk block named by the last chunk, and the single observation and action
         #: spaces of what the blocks hold (None: by value)
         self.chunks = ChunkAttachment()
         self.obs_space: Any = None
@@ -370,24 +378,13 @@ class _Server:
                 result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
         elif command is Command.STEP_ENVS:
             some = proto.decode_step_envs(payload)
+            if some.substeps > 1:
+                return self._chunk(some)
             result = slab.step_envs(some.envs, some.actions)
             self.env_steps_some += len(some.envs)
             if result.is_empty():
                 return Status.OK, b""
             return Status.OK_PAYLOAD, self._dump_some(result)
-        elif command is Command.STEP_CHUNK:
-            chunk: proto.ChunkPayload = proto.loads(payload)
-            assert chunk.block is not None
-            views = self.chunks.get(chunk.block, self.obs_space, self.act_space)
-            done = run_chunk(slab, chunk, views)
-            self.env_steps_some += done.executed
-            if done.is_empty():
-                return Status.OK, b""
-            answer = proto.ChunkReply(done.infos, done.obs, done.sub_obs)
-            items = [(i, info) for i, _, info in done.infos]
-            return Status.OK_PAYLOAD, self._dump_per_env(
-                answer, "the info", [*items, *(done.obs or ()), *(done.sub_obs or ())]
-            )
         elif command is Command.CALL:
             call: proto.CallPayload = proto.loads(payload)
             results = slab.call(call.name, call.args, call.kwargs, call.envs, call.function)
@@ -417,6 +414,20 @@ class _Server:
         if result.is_empty():
             return Status.OK, b""
         return Status.OK_PAYLOAD, self._dump_result(result)
+
+    def _chunk(self, payload: StepEnvsPayload) -> tuple[Status, bytes]:
+        """An action chunk: K sub-steps of the envs, results in the chunk block."""
+        assert payload.block is not None
+        views = self.chunks.get(payload.block, self.obs_space, self.act_space)
+        done = run_chunk(self.slab, payload, views)
+        self.env_steps_some += done.executed
+        if done.is_empty():
+            return Status.OK, b""
+        reply = UnitReply(done.infos, done.obs, None, done.sub_obs)
+        items = [(i, info) for i, _, info in done.infos]
+        return Status.OK_PAYLOAD, self._dump_per_env(
+            reply, "the info", [*items, *(done.obs or ()), *(done.sub_obs or ())]
+        )
 
     def _dump_per_env(self, obj: Any, what: str, items: Iterable[tuple[int, Any]]) -> bytes:
         """Pickle ``obj`` (cloudpickle if pickle cannot). On failure, the env of the first of
@@ -460,11 +471,11 @@ class _Server:
         if self.info_columns and infos:
             infos = to_columns(infos) or infos
         return self._dump_per_env(
-            (infos, result.obs), "the info", [*result.infos, *(result.obs or ())]
+            UnitReply(infos, result.obs), "the info", [*result.infos, *(result.obs or ())]
         )
 
     def _dump_some(self, result: SlabResult) -> bytes:
-        """A STEP_ENVS reply: ``(infos, observations, errors)``, errors as ErrorRecords."""
+        """A STEP_ENVS reply: a ``UnitReply`` with its errors as ErrorRecords."""
         errors = [
             (local, ErrorRecord.capture(exc, self.slab.first_index + local, "step"))
             for local, exc in result.errors or ()
@@ -472,7 +483,7 @@ class _Server:
         events = result.infos
         infos: Any = (to_columns(events) or events) if self.info_columns and events else events
         return self._dump_per_env(
-            (infos, result.obs, errors), "the info", [*events, *(result.obs or ())]
+            UnitReply(infos, result.obs, errors), "the info", [*events, *(result.obs or ())]
         )
 
     def attach(self, spec: AttachSpec) -> None:

@@ -149,3 +149,9 @@ def add_note(exc: BaseException, note: str) -> None:
         adder(note)
     elif exc.args and isinstance(exc.args[0], str):
         exc.args = (f"{exc.args[0]}\n{note}", *exc.args[1:])
+
+
+def first_line(exc: BaseException) -> str:
+    """``Type: the first line of its message``, for a record's reason or a failure's message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

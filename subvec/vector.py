@@ -33,6 +33,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._bootstrap import registry_snapshot
+from subvec._commands import Command
 from subvec._failures import DEFAULT_MAX_RESTARTS
 from subvec._front import ObservationMode, VectorFront
 from subvec._gpus import GpuSpec, WorkerEnvSpec, check_worker_env, resolve_gpus
@@ -46,7 +47,6 @@ from subvec._plan import (
     resolve_context,
 )
 from subvec._pool import WorkerPool, release
-from subvec._protocol import Command
 from subvec._recycle import RecyclePolicy
 from subvec._shm import BlockLayout, SharedBlock
 from subvec._starts import BuildFailure, check_build_retries, check_max_concurrent_starts
@@ -399,7 +399,7 @@ class SubprocVectorEnv(VectorFront):
             if infos is None or (
                 self._final_in_block and self._any_ended()
             ):  # final events implied by the flags, or infos to merge
-                return self._step_results(self._block_parts(self._units))
+                return self._step_results(self._block_parts(self._units.all))
             obs = self._observations
             return (
                 obs.view() if self._obs_slot else obs.copy() if self.copy else obs,

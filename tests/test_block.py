@@ -18,9 +18,16 @@ from subvec._block import (
     plan_block,
     slot_writers,
 )
+from subvec._commands import (
+    CallPayload,
+    Command,
+    ResetPayload,
+    SetAttrPayload,
+    Status,
+    UnitReply,
+)
 from subvec._local import LocalShare
 from subvec._merge import make_merger
-from subvec._protocol import CallPayload, Command, ResetPayload, SetAttrPayload, Status
 from subvec._shm import SharedBlock
 from subvec._slab import EnvSlab
 from tests.envs import CrashEnv, ZooEnv
@@ -114,7 +121,7 @@ def test_obs_slots_pick_a_batch_the_caller_does_not_hold(image_block: Any) -> No
 
 
 def _events(*per_env: dict[str, Any]) -> list[tuple[int, Any]]:
-    return [(0, ([(i, info) for i, info in enumerate(per_env) if info], None))]
+    return [(0, UnitReply([(i, info) for i, info in enumerate(per_env) if info], None))]
 
 
 def test_mergers_match_gymnasium() -> None:

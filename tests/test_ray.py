@@ -36,7 +36,7 @@ from ray.util.placement_group import (  # noqa: E402
 )
 
 from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
-from subvec._protocol import Command  # noqa: E402
+from subvec._commands import Command  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
 from tests.envs import OptionsEnv, StepClockEnv, ZooEnv, crash_fns, make_zoo  # noqa: E402
 from tests.helpers import assert_same  # noqa: E402
@@ -576,7 +576,7 @@ def test_chunks_match_sync_per_env_with_one_actor_call_per_chunk(mode: Autoreset
         calls.clear()
         inside = run_chunks_against_oracle(envs, fns, mode, [1, 3, 8, 8, 5, 8])
         # one per actor per chunk (a chunk of one sub-step is a step)
-        assert calls.count(Command.STEP_CHUNK) == 2 * 5 and calls.count(Command.STEP) == 2
+        assert calls.count(Command.STEP_ENVS) == 2 * 5 and calls.count(Command.STEP) == 2
     assert inside >= 1
 
 

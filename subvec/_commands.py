@@ -1,0 +1,344 @@
+"""What the front and every backend say to each other: the commands, their payload records,
+the statuses, the reply record and the errors raised in an env, rebuilt in the parent.
+
+Backend-neutral: the process backend frames these records on its pipes (``_protocol``), the
+parent's own envs take them as Python objects (``_local``) and Ray carries them in actor
+calls (``_ray``). Nothing here knows pipes, processes or Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from subvec.errors import EnvError, RemoteEnvError, RemoteTraceback, add_note
+
+if TYPE_CHECKING:
+    from subvec._topology import PlacementReport
+
+__all__ = [
+    "CallPayload",
+    "ChunkBlockSpec",
+    "Command",
+    "ErrorRecord",
+    "ResetOptionsPayload",
+    "ResetPayload",
+    "SetAttrPayload",
+    "Status",
+    "StepEnvsPayload",
+    "StepPayload",
+    "UnitReply",
+    "WorkerCounters",
+    "WorkerHello",
+    "raise_first",
+    "rebuild_remote_error",
+]
+
+
+def _dumps(obj: object) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class Command(IntEnum):
+    """Parent -> worker."""
+
+    ATTACH = 1  # payload: AttachSpec; map the shared block, bind the envs' rows
+    RESET = 2  # payload: ResetPayload
+    STEP = 3  # payload: empty (actions in shared memory, the space's dtypes) or StepPayload
+    CALL = 4  # payload: CallPayload; get_attr is CALL of a non-callable
+    SET_ATTR = 5  # payload: SetAttrPayload
+    CLOSE = 6  # payload: empty; the worker closes its envs, replies, exits
+    STEP_ENVS = 7  # payload: encode_step_envs(StepEnvsPayload); some envs (asynchronous)
+    STATS = 8  # payload: empty; the reply is a pickled WorkerCounters
+    SET_RESET_OPTIONS = 9  # payload: ResetOptionsPayload; the options of later autoresets
+
+
+class Status(IntEnum):
+    """Worker -> parent."""
+
+    OK = 0  # empty payload
+    OK_PAYLOAD = 1  # pickled payload (infos, pipe-carried observations, call results)
+    ERROR = 2  # pickled ErrorRecord
+    READY = 3  # handshake after the envs are built: pickled WorkerHello
+
+
+# --- payloads ------------------------------------------------------------------------------
+
+
+@dataclass
+class WorkerHello:
+    """READY: where the worker runs and what its envs look like (sent once its envs are built)."""
+
+    placement: PlacementReport
+    observation_spaces: list[Any]
+    action_spaces: list[Any]
+    metadata: dict[str, Any]
+    render_mode: str | None
+    #: failed attempts of factories that were tried again (``build_retries``; ``_starts``)
+    build_failures: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkerCounters:
+    """STATS: what a worker has done since it started (see ``SubprocVectorEnv.stats``).
+
+    ``busy_s`` is the time from reading a command to having replied to it (the envs' work,
+    and the little around it); ``waiting_s`` the time between a reply and the next command.
+    """
+
+    env_steps: int  # env.step calls of STEP and STEP_ENVS commands (autoresets included)
+    busy_s: float
+    waiting_s: float
+
+
+class ResetPayload(NamedTuple):
+    """RESET: one seed per env of the unit, the options (one dict every env gets, or one dict
+    or None per env of the unit; None: each env's stored options, see
+    :class:`ResetOptionsPayload`), and which envs reset (None: all)."""
+
+    seeds: Sequence[int | None]
+    options: dict[str, Any] | Sequence[dict[str, Any] | None] | None
+    mask: Sequence[bool] | None
+    #: the envs' stored options, one per env, kept before they reset: a replacement (restarted,
+    #: rebuilt, recycled) has none yet (None: none are stored)
+    stored: Sequence[dict[str, Any] | None] | None = None
+
+
+class ResetOptionsPayload(NamedTuple):
+    """SET_RESET_OPTIONS: the options these envs (local indices) reset with from now on when
+    no options are named for them (their autoresets); None clears an env's."""
+
+    envs: Sequence[int]
+    options: Sequence[dict[str, Any] | None]
+
+
+class ChunkBlockSpec(NamedTuple):
+    """The chunk block (``_chunks``): its segment's name (None where a backend keeps the
+    chunk's arrays itself: Ray), for ``num_envs`` envs and chunks of up to ``capacity``
+    sub-steps, with or without observation rows. A unit derives the layout from these and
+    its spaces (``_chunks.plan_chunk_block``)."""
+
+    name: str | None
+    num_envs: int
+    capacity: int
+    obs_rows: bool
+
+
+class StepEnvsPayload(NamedTuple):
+    """STEP_ENVS: step only these envs (local indices, ascending) with these actions, by
+    value, or (None) with the actions in their rows of the block, in the space's dtypes. The
+    reply is ``(infos, observations, errors)``: an env that raises is reported in ``errors``
+    as ``(local env, ErrorRecord)`` and the others still step.
+
+    With ``substeps`` K > 1 it is an action chunk (``step_chunk``; ``_chunks.run_chunk``):
+    each env runs K sub-steps before the unit answers, the actions and per-sub-step results
+    in the chunk block ``block`` (actions by value: the unit's rows of each action leaf,
+    ``(envs, K, *shape)``). The reply is then a :class:`UnitReply` with chunk events
+    ``(local env, sub-step, info)``, or an error: an env's error ends the chunk, as it ends
+    a step."""
+
+    envs: Sequence[int]
+    actions: Sequence[Any] | None
+    #: sub-steps each env runs before the unit answers (``step()`` and ``send()``: 1)
+    substeps: int = 1
+    #: a chunk's: stop an env after the sub-step its episode ended in
+    stop_on_done: bool = False
+    #: a chunk's: report every sub-step's observation
+    all_obs: bool = False
+    #: a chunk's block (None: Ray, whose actors answer with their arrays)
+    block: ChunkBlockSpec | None = None
+
+
+class StepPayload(NamedTuple):
+    """STEP with something to say (a plain STEP has no payload: the actions are in the block,
+    in the action space's dtypes): the actions of the unit's envs by value, or the dtypes
+    (``np.dtype.str``, one per action leaf) the parent stored them in the block with."""
+
+    actions: Sequence[Any] | None
+    action_dtypes: tuple[str, ...] | None = None
+
+
+class CallPayload(NamedTuple):
+    """CALL: ``env.get_wrapper_attr(name)``, called with the arguments if callable, on the
+    unit's envs ``envs`` (local indices, in that order, repeats run again; None: every env).
+    The reply holds one result per env called, in that order."""
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    envs: Sequence[int] | None = None
+    #: run ``function(env, *args, **kwargs)`` instead of the attribute ``name`` (the SB3
+    #: face's per-env operations: a module-level function, pickled by reference)
+    function: Callable[..., Any] | None = None
+
+
+class SetAttrPayload(NamedTuple):
+    """SET_ATTR: one value per env of the unit, or per env of ``envs`` (local indices)."""
+
+    name: str
+    values: Sequence[Any]
+    envs: Sequence[int] | None = None
+
+
+# --- remote errors -------------------------------------------------------------------------
+
+
+@dataclass
+class ErrorRecord:
+    """An exception raised in a worker, in a form that always pickles."""
+
+    pickled: bytes | None  # the exception itself when it pickles (keeps type and attributes)
+    type_module: str
+    type_qualname: str
+    message: str
+    traceback_text: str
+    env_index: int | None
+    command: str
+
+    @classmethod
+    def capture(cls, exc: BaseException, env_index: int | None, command: str) -> ErrorRecord:
+        tb_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        pickled: bytes | None = None
+        try:
+            data = _dumps(exc)
+            pickle.loads(data)  # some exceptions pickle but fail to unpickle (custom __init__)
+            pickled = data
+        except Exception:
+            pass  # sent without it: type name, message and traceback text still go
+        return cls(
+            pickled=pickled,
+            type_module=type(exc).__module__,
+            type_qualname=type(exc).__qualname__,
+            message=str(exc),
+            traceback_text=tb_text,
+            env_index=env_index,
+            command=command,
+        )
+
+
+_remote_classes: dict[type[BaseException], type[BaseException]] = {}
+
+
+def _remote_class(base: type[BaseException]) -> type[BaseException] | None:
+    """A subclass of both ``base`` and EnvError, cached so ``except`` and ``type()`` are stable."""
+    if issubclass(base, EnvError):
+        return base
+    if base in _remote_classes:
+        return _remote_classes[base]
+
+    def __str__(self: BaseException) -> str:
+        inner = base.__str__(self)
+        where = (
+            f"env {getattr(self, 'env_index', '?')} (worker pid {getattr(self, 'worker_pid', '?')})"
+        )
+        return f"{inner} [raised in {where} during {getattr(self, 'command', '?')}]"
+
+    def __reduce__(self: BaseException) -> tuple[Any, ...]:
+        return (_rebuild_pickled, (base, self.args, dict(self.__dict__)))
+
+    try:
+        cls = type(base.__name__, (base, EnvError), {"__str__": __str__, "__reduce__": __reduce__})
+    except TypeError:  # layout conflict or a final class: fall back to RemoteEnvError
+        return None
+    cls.__module__ = base.__module__
+    cls.__qualname__ = base.__qualname__
+    _remote_classes[base] = cls
+    return cls
+
+
+def _rebuild_pickled(
+    base: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]
+) -> BaseException:
+    cls = _remote_class(base) or RemoteEnvError
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+def _import_type(module: str, qualname: str) -> type[BaseException] | None:
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    if isinstance(obj, type) and issubclass(obj, BaseException):
+        return obj
+    return None
+
+
+def rebuild_remote_error(record: ErrorRecord, worker_pid: int | None) -> BaseException:
+    """Turn a worker's ErrorRecord into an exception of the original type that is also an
+    EnvError, naming the env and worker, with the remote traceback as ``__cause__``."""
+    original: BaseException | None = None
+    if record.pickled is not None:
+        try:
+            original = pickle.loads(record.pickled)
+        except Exception:
+            original = None
+    if original is not None:
+        base: type[BaseException] | None = type(original)
+        args: tuple[Any, ...] = original.args
+        state = dict(getattr(original, "__dict__", {}))
+    else:
+        base = _import_type(record.type_module, record.type_qualname)
+        args = (record.message,)
+        state = {}
+    cls = _remote_class(base) if base is not None else None
+    exc: BaseException
+    if cls is None:
+        exc = RemoteEnvError(f"{record.type_module}.{record.type_qualname}: {record.message}")
+    else:
+        try:
+            exc = cls.__new__(cls, *args)
+            exc.args = args
+            exc.__dict__.update(state)
+        except Exception:
+            exc = RemoteEnvError(f"{record.type_module}.{record.type_qualname}: {record.message}")
+    exc.env_index = record.env_index  # type: ignore[attr-defined]
+    exc.worker_pid = worker_pid  # type: ignore[attr-defined]
+    exc.command = record.command  # type: ignore[attr-defined]
+    exc.remote_traceback = record.traceback_text  # type: ignore[attr-defined]
+    exc.__cause__ = RemoteTraceback(record.traceback_text)
+    return exc
+
+
+def raise_first(errors: Sequence[BaseException]) -> None:
+    """Raise the first of a call's env errors (lowest env index first), noting the others."""
+    if not errors:
+        return
+    first = errors[0]
+    if len(errors) > 1:
+        others = ", ".join(
+            f"env {getattr(e, 'env_index', '?')}: {type(e).__name__}" for e in errors[1:]
+        )
+        add_note(first, f"{len(errors) - 1} more env(s) failed in the same call: {others}")
+    raise first
+
+
+# --- replies -------------------------------------------------------------------------------
+
+
+class UnitReply(NamedTuple):
+    """What a unit says back to a step, a reset or a STEP_ENVS beyond the batch arrays
+    (``Status.OK_PAYLOAD``): its envs' info events (local env indices; a list of
+    ``(env, info)`` or columns, see ``_infos``), the observations that travel by value
+    (``[(local env, obs)]`` or None), and, for STEP_ENVS, the envs whose step raised
+    (``[(local env, ErrorRecord)]``; the others still stepped)."""
+
+    infos: Any
+    obs: Sequence[tuple[int, Any]] | None
+    errors: Sequence[tuple[int, ErrorRecord]] | None = None
+    #: an action chunk's (``substeps`` > 1): with ``all_obs`` and no observation rows in the
+    #: blocks, each env's observations after its executed sub-steps ``[(local env, [obs,
+    #: ...])]``; and, from a unit that keeps no block rows (Ray), its arrays ``(rewards,
+    #: terminations, truncations, steps, observations)`` (observations ``(envs, K, ...)``
+    #: with ``all_obs``, else ``(envs, ...)``, None when they travel by value)
+    sub_obs: Sequence[tuple[int, list[Any]]] | None = None
+    arrays: tuple[Any, ...] | None = None
