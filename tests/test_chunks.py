@@ -16,7 +16,7 @@ from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError
 from gymnasium.vector import AutoresetMode
 
-from subvec import EnvError, SubprocVectorEnv, WorkerDiedError
+from subvec import EnvError, SubprocVectorEnv, WorkerDiedError, _wake
 from subvec._shm import list_segments
 from tests.chunks import Oracle, check_chunk, sample_chunks
 from tests.envs import CrashEnv, ZooEnv
@@ -154,6 +154,20 @@ def test_stats_count_sub_steps_as_steps() -> None:
         *_, infos = envs.step_chunk(np.zeros((4, 6), dtype=np.int64), stop_on_done=True)
         steps = sum(s.steps for s in envs.stats())
         assert steps == 4 + int(infos["chunk_steps"].sum())
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_chunks_through_the_futex_protocol(
+    monkeypatch: pytest.MonkeyPatch, mode: AutoresetMode
+) -> None:
+    """Chunks go as frames behind the futex wake-up (its fast path is for plain steps)."""
+    if not _wake.available():
+        pytest.skip("no shared futex here")
+    monkeypatch.setenv("SUBVEC_WAKE", "futex")
+    fns = [_cartpole] * 4
+    with SubprocVectorEnv(fns, num_workers=3, autoreset_mode=mode) as envs:
+        assert envs.layout.wake == "futex"
+        run_against_oracle(envs, fns, mode, [3, 8, 1, 8, 5])
 
 
 # --- refused before anything is sent ------------------------------------------------------
