@@ -450,6 +450,8 @@ class EnvSlab:
         for i in range(len(self.envs)) if envs is None else envs:
             self.current = i
             env = self.envs[i]
+            # this env's rows: a 1-d store per sub-step is cheaper than a 2-d one
+            env_rewards, env_terms, env_truncs = rewards[i], terms[i], truncs[i]
             reward: Any = 0.0
             ended = False
             terminated = truncated = False
@@ -460,7 +462,7 @@ class EnvSlab:
                 for k in range(chunk):
                     if next_step and needs_reset[i]:
                         obs, info = self._autoreset(i)
-                        reward, terminated, truncated = 0.0, False, False
+                        reward, terminated, truncated, ended = 0.0, False, False, False
                         needs_reset[i] = False
                     else:
                         obs, reward, terminated, truncated, info = env.step(read(i, k))
@@ -473,9 +475,9 @@ class EnvSlab:
                             else:
                                 needs_reset[i] = True
                     try:
-                        rewards[i, k] = reward
-                        terms[i, k] = terminated
-                        truncs[i, k] = truncated
+                        env_rewards[k] = reward
+                        env_terms[k] = terminated
+                        env_truncs[k] = truncated
                     except (TypeError, ValueError) as exc:
                         raise _unbatchable(exc, reward, terminated, truncated) from None
                     if all_obs:
@@ -496,15 +498,15 @@ class EnvSlab:
             done = k + 1
             result.executed += done
             if done < chunk:
-                rewards[i, done:] = 0.0
-                terms[i, done:] = False
-                truncs[i, done:] = False
+                env_rewards[done:] = 0.0
+                env_terms[done:] = False
+                env_truncs[done:] = False
                 if all_obs and write_sub is not None:
                     for rest in range(done, chunk):
                         write_sub(obs, i, rest)
-            arrays.rewards[i] = rewards[i, k]
-            arrays.terminations[i] = terms[i, k]
-            arrays.truncations[i] = truncs[i, k]
+            arrays.rewards[i] = env_rewards[k]
+            arrays.terminations[i] = env_terms[k]
+            arrays.truncations[i] = env_truncs[k]
             if not all_obs:
                 self._emit_obs(result, i, obs)
             elif write_sub is None:

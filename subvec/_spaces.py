@@ -775,6 +775,11 @@ def chunk_reader(space: spaces.Space[Any], batch: ChunkBatch) -> Callable[[int, 
     in the form ``step()`` hands it over (see :func:`row_reader`: a numpy scalar for
     Discrete, a copied array row otherwise, dicts and tuples for nests)."""
     chunk = batch.chunk
+    if isinstance(space, _LEAF_SPACES):  # one array: one call and one index per action
+        array = batch.leaves[0]
+        if array.ndim == 2:
+            return lambda i, k: array[i, k]  # a numpy scalar: immutable, no copy needed
+        return lambda i, k: array[i, k].copy()
     flat = [leaf.reshape(leaf.shape[0] * chunk, *leaf.shape[2:]) for leaf in batch.leaves]
     read = row_reader(space, build_views(space, iter(flat)))
     return lambda i, k: read(i * chunk + k)
