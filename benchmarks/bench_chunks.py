@@ -12,6 +12,8 @@ How it measures (as benchmarks/bench_vector.py does, whose workloads and limit i
 - ``step`` is ``SubprocVectorEnv.step`` with the defaults; ``chunk K`` is ``step_chunk`` with
   chunks of K actions (``(num_envs, K)``), counting ``num_envs * K`` env steps per call;
 - actions are sampled before timing (16 batches, cycled), and a warm-up precedes the window;
+- before each run it waits (up to ``--max-wait`` seconds) until other processes use less than
+  ``--quiet`` cores, and records the cores they used just before (``busy_before``);
 - ``limit`` is bench_vector's: ``min(num_envs, usable CPUs)`` processes stepping their share of
   the envs in a tight loop with no IPC, the sum of their rates;
 - Ray (``--ray``): ``RayVectorEnv(num_actors=2, local_workers=1)`` over CartPole x 8 on a local
@@ -50,6 +52,8 @@ class Args:
     repeats: int = 3
     ray: bool = False
     quick: bool = False
+    quiet: float = 0.15  # cores others may use before a run (it waits up to max_wait)
+    max_wait: float = 20.0
     out_dir: str | None = None
     child: str = ""
 
@@ -234,7 +238,11 @@ def main(argv: list[str] | None = None) -> None:
         order = list(range(len(plan)))
         order = order[repeat % len(order) :] + order[: repeat % len(order)]
         for i in order:
+            # the machine may be shared: wait (a bounded while) for the others to go quiet
+            waited = 0.0 if args.quick else _suite().wait_for_quiet(args.quiet, args.max_wait)
+            busy = _suite().machine_busy(0.2)
             result = run_child(plan[i])
+            result["waited_s"], result["busy_before"] = waited, busy
             if "error" in result:
                 raise SystemExit(f"{plan[i]['how']} {plan[i]['workload']}: {result['error']}")
             runs[i].append(result)
@@ -253,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
                 "us_per_env_step": 1e6 / rate,
                 "runs": [r["steps_per_s"] for r in runs[i]],
                 "load_1m": [r["load_1m"] for r in runs[i]],
+                "busy_before": [r["busy_before"] for r in runs[i]],
             }
         )
     facts = {"nproc": os.cpu_count(), "repeats": args.repeats, "duration_s": args.duration}

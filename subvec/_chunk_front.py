@@ -168,18 +168,20 @@ class ChunkStepping:
     def _one_step_chunk(self, batch: _spaces.ChunkBatch, all_obs: bool) -> ChunkResults:
         """A chunk of one sub-step as the ``step()`` it stands for, its results given the
         chunk axis."""
-        leaves = iter([leaf[:, 0] for leaf in batch.leaves])
-        obs, rewards, terms, truncs, infos = self.step(
-            _spaces.build_views(self.single_action_space, leaves)
-        )
+        leaves = batch.leaves
+        if len(leaves) == 1 and not self._chunk_leaves[0].path:
+            actions: Any = leaves[0][:, 0]
+        else:
+            actions = _spaces.build_views(self.single_action_space, (f[:, 0] for f in leaves))
+        obs, rewards, terms, truncs, infos = self.step(actions)
         if all_obs:
             obs = _with_axis(obs)
-        steps = np.ones(self.num_envs, dtype=np.int64)
         if self.info_format == "list":
             infos = [{"chunk_steps": 1, "infos": [info]} for info in infos]
         else:
-            infos = with_chunk_axis(infos, self.num_envs, 1)
-            infos["chunk_steps"] = steps
+            if infos:
+                infos = with_chunk_axis(infos, self.num_envs, 1)
+            infos["chunk_steps"] = np.ones(self.num_envs, dtype=np.int64)
         return obs, rewards[:, None], terms[:, None], truncs[:, None], infos
 
     # --- the chunk block -----------------------------------------------------------------
@@ -187,6 +189,10 @@ class ChunkStepping:
     @functools.cached_property
     def _chunk_leaves(self) -> list[_spaces.LeafSpec]:
         return _spaces.leaf_specs(self.single_action_space)
+
+    @functools.cached_property
+    def _chunk_rows(self) -> np.ndarray:
+        return np.arange(self.num_envs)
 
     def _chunk_act_rows(self) -> bool:
         """Whether the chunk's actions go to the chunk block (else they travel in the
@@ -273,8 +279,9 @@ class ChunkStepping:
             obs = self._observations_out(obs_parts)
         else:
             obs = self._all_obs_out(views, chunk, obs_rows, sub_obs, arrays_obs, obs_parts, lost_at)
-        last = np.maximum(steps, 1) - 1
-        every = np.arange(n)
+        # each env's last executed sub-step (every env executes at least one)
+        last = steps - 1
+        every = self._chunk_rows
         self._rewards[:] = rewards[every, last]
         self._terminations[:] = terms[every, last]
         self._truncations[:] = truncs[every, last]

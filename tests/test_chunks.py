@@ -286,3 +286,26 @@ def test_a_worker_death_mid_chunk_restarts_at_the_sub_step_it_was_lost() -> None
         # the replacement steps on: a whole chunk for everyone
         *_, infos = envs.step_chunk(np.zeros((4, 2, 2), np.float32))
         assert infos["chunk_steps"].tolist() == [2, 2, 2, 2]
+
+
+def test_legacy_and_list_info_formats_carry_the_chunk() -> None:
+    """The legacy layout gains the chunk axis; the list layout gives each env its sub-steps."""
+    fns = [lambda: ZooEnv(OBS, BOX_ACT, max_steps=3, terminate_prob=0.0, quiet=True)] * 2
+    actions = np.zeros((2, 5, 2), np.float32)
+    with SubprocVectorEnv(fns, num_workers=1, info_format="legacy") as envs:
+        envs.reset(seed=0)
+        _, _, _, truncs, infos = envs.step_chunk(actions)
+        # episodes of 3 steps end at sub-step 2; SAME_STEP (legacy's mode) resets there
+        assert truncs.tolist() == [[False, False, True, False, False]] * 2
+        mask = infos["_final_observation"]
+        assert mask.shape == (2, 5) and np.array_equal(mask, truncs)
+        assert infos["final_observation"][0, 2].shape == (2, 3)
+        assert infos["chunk_steps"].tolist() == [5, 5]
+    with SubprocVectorEnv(fns, num_workers=1, info_format="list") as envs:
+        envs.reset(seed=0)
+        _, _, _, truncs, infos = envs.step_chunk(actions, stop_on_done=True)
+        assert [info["chunk_steps"] for info in infos] == [3, 3]
+        assert [info["infos"] for info in infos] == [[{}, {}, {}]] * 2  # a quiet env
+        # NEXT_STEP: the next chunk begins with the reset step, and its reset info
+        *_, infos = envs.step_chunk(actions[:, :2])
+        assert [sorted(info["infos"][0]) for info in infos] == [["reset_count"]] * 2
