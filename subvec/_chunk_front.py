@@ -10,8 +10,7 @@
                          truncated with ``worker_restarted`` at the sub-step they were lost
 
 The units run the sub-steps (``EnvSlab.step_chunk``): one command and one reply per unit per
-chunk. The step arrays (rewards, flags) are left as after each env's last executed sub-step,
-so that the next ``step`` and the autoreset bookkeeping (DISABLED's refusal) read as after the
+chunk. The autoreset bookkeeping (DISABLED's refusal of ended envs) reads as after the
 ``step()`` calls the chunk stands for.
 """
 
@@ -117,13 +116,14 @@ class ChunkStepping:
             EnvError: an env raised (its type kept, naming the env and the sub-step).
             WorkerDiedError, WorkerTimeoutError: a unit died or did not answer in time.
         """
-        self._begin_chunk()
-        if self._recycling is not None:
-            raise ValueError(
-                "step_chunk is not available with recycle_every or worker_max_rss (recycling "
-                "counts episodes one step at a time); use step()"
-            )
-        batch = _spaces.chunk_actions(self.single_action_space, actions, self.num_envs)
+        if self._state is not _State.IDLE or self._recycling is not None:
+            self._begin_chunk()  # raises, naming step_chunk (step() checks the rest again)
+            if self._recycling is not None:
+                raise ValueError(
+                    "step_chunk is not available with recycle_every or worker_max_rss "
+                    "(recycling counts episodes one step at a time); use step()"
+                )
+        batch = self._chunk_checker(actions)
         if all_obs and not _spaces.is_shareable(self.single_observation_space):
             raise ValueError(
                 "all_obs needs a fixed-size observation space (Box, Discrete, MultiDiscrete, "
@@ -135,14 +135,18 @@ class ChunkStepping:
             # One sub-step is one step(): the backends' quickest round trip, one command per
             # unit all the same.
             return self._one_step_chunk(batch, all_obs)
+        self._begin_chunk()
         views = self._chunk_room(chunk, all_obs)
         views.steps[:] = 0  # the progress counts: a unit lost mid-chunk leaves its own
         spec = views.spec
-        in_block = views.action_space is not None and all(
-            leaf.dtype == spec_.dtype for leaf, spec_ in zip(batch.leaves, self._chunk_leaves)
+        leaves = batch.leaves
+        in_block = views.action_space is not None and (
+            leaves[0].dtype == self._chunk_leaves[0].dtype
+            if len(leaves) == 1
+            else all(leaf.dtype == s.dtype for leaf, s in zip(leaves, self._chunk_leaves))
         )
         if in_block:
-            for target, leaf in zip(views.actions(chunk), batch.leaves):
+            for target, leaf in zip(views.actions(chunk), leaves):
                 np.copyto(target, leaf)
         # The core's step command, with K sub-steps of every env of the unit.
         made: dict[int, StepEnvsPayload] = {}
@@ -181,7 +185,7 @@ class ChunkStepping:
         else:
             if infos:
                 infos = with_chunk_axis(infos, self.num_envs, 1)
-            infos["chunk_steps"] = np.ones(self.num_envs, dtype=np.int64)
+            infos["chunk_steps"] = self._chunk_ones.copy()
         return obs, rewards[:, None], terms[:, None], truncs[:, None], infos
 
     # --- the chunk block -----------------------------------------------------------------
@@ -193,6 +197,14 @@ class ChunkStepping:
     @functools.cached_property
     def _chunk_rows(self) -> np.ndarray:
         return np.arange(self.num_envs)
+
+    @functools.cached_property
+    def _chunk_checker(self) -> _spaces.ChunkChecker:
+        return _spaces.ChunkChecker(self.single_action_space, self.num_envs)
+
+    @functools.cached_property
+    def _chunk_ones(self) -> np.ndarray:
+        return np.ones(self.num_envs, dtype=np.int64)
 
     def _chunk_act_rows(self) -> bool:
         """Whether the chunk's actions go to the chunk block (else they travel in the
@@ -239,6 +251,13 @@ class ChunkStepping:
         n = self.num_envs
         rewards, terms, truncs, obs_rows = views.batch(chunk)
         steps = views.steps
+        if not parts and not self._any_restarted and not all_obs:
+            # The usual chunk: every result in the blocks, nothing else said.
+            if self.autoreset_mode is AutoresetMode.DISABLED:
+                self._chunk_ended(terms, truncs, steps)
+            infos = merge_chunk_infos(self.info_format, (), n, chunk, steps)
+            obs = self._observations_out(parts)
+            return obs, rewards.copy(), terms.copy(), truncs.copy(), infos
         events: list[tuple[int, int, dict[str, Any]]] = []
         #: the by-value observations, for the front's observation batch
         obs_parts: list[Part] = []
@@ -279,16 +298,17 @@ class ChunkStepping:
             obs = self._observations_out(obs_parts)
         else:
             obs = self._all_obs_out(views, chunk, obs_rows, sub_obs, arrays_obs, obs_parts, lost_at)
-        # each env's last executed sub-step (every env executes at least one)
-        last = steps - 1
-        every = self._chunk_rows
-        self._rewards[:] = rewards[every, last]
-        self._terminations[:] = terms[every, last]
-        self._truncations[:] = truncs[every, last]
-        if self.autoreset_mode is AutoresetMode.DISABLED:  # only that mode refuses ended envs
-            np.logical_or(self._terminations, self._truncations, out=self._needs_reset)
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            self._chunk_ended(terms, truncs, steps)
         infos = merge_chunk_infos(self.info_format, events, n, chunk, steps)
         return obs, rewards.copy(), terms.copy(), truncs.copy(), infos
+
+    def _chunk_ended(self, terms: np.ndarray, truncs: np.ndarray, steps: np.ndarray) -> None:
+        """DISABLED: the envs whose last executed sub-step ended their episode wait for a
+        reset (every env executes at least one sub-step)."""
+        last = steps - 1
+        every = self._chunk_rows
+        np.logical_or(terms[every, last], truncs[every, last], out=self._needs_reset)
 
     def _all_obs_out(
         self,

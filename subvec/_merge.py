@@ -162,6 +162,8 @@ def merge_chunk_infos(
         chunk: K.
         steps: the sub-steps each env executed.
     """
+    if not events and info_format != "list":  # the usual chunk of a cheap env
+        return {"chunk_steps": np.asarray(steps, dtype=np.int64).copy()}
     if info_format == "list":
         per_env: list[dict[str, Any]] = [
             {"chunk_steps": int(s), "infos": [{} for _ in range(int(s))]} for s in steps
