@@ -17,7 +17,7 @@ chunk. The autoreset bookkeeping (DISABLED's refusal of ended envs) reads as aft
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import TYPE_CHECKING, Any
 
@@ -164,9 +164,11 @@ class ChunkStepping:
             return StepEnvsPayload(range(size), rows, chunk, stop_on_done, all_obs, spec)
 
         self._prepare_step()
-        self._send(Command.STEP_ENVS, per_unit=per_unit)
-        self._state = _State.WAITING_CHUNK
-        parts = self._collect(_State.WAITING_CHUNK, None)
+        parts = self._chunk_exchange(per_unit) if in_block else None
+        if parts is None:
+            self._send(Command.STEP_ENVS, per_unit=per_unit)
+            self._state = _State.WAITING_CHUNK
+            parts = self._collect(_State.WAITING_CHUNK, None)
         return self._chunk_results(parts, views, chunk, all_obs)
 
     def _one_step_chunk(self, batch: _spaces.ChunkBatch, all_obs: bool) -> ChunkResults:
@@ -189,6 +191,12 @@ class ChunkStepping:
         return obs, rewards[:, None], terms[:, None], truncs[:, None], infos
 
     # --- the chunk block -----------------------------------------------------------------
+
+    def _chunk_exchange(self, per_unit: Callable[[Any], StepEnvsPayload]) -> list[Part] | None:
+        """A backend's quick round trip for a chunk command that is the same for every unit
+        (the process backend's: the pool's per-step exchange, with the command's bytes); its
+        parts, or None where it does not apply (then the front's send and collect run)."""
+        return None
 
     @functools.cached_property
     def _chunk_leaves(self) -> list[_spaces.LeafSpec]:

@@ -376,17 +376,18 @@ class WorkerPool:
         *,
         per_unit: Callable[[Any], Any] | None = None,
         units: Sequence[Any] | None = None,
+        encoded: bool = False,
     ) -> None:
         """Send ``command`` to ``units`` (default: every worker, the partner last) with
         ``payload`` or ``per_unit(worker)``, pickled (cloudpickle for calls: their arguments
-        may be lambdas)."""
+        may be lambdas); ``encoded``: ``payload`` is the bytes already."""
         targets = self._send_order() if units is None else units
         dump: Callable[[Any], bytes] = proto.dumps
         if command in _CLOUDPICKLED:
             dump = pickling.dumps
         elif command is Command.STEP_ENVS:
             dump = proto.encode_step_envs
-        data = b"" if payload is None else dump(payload)
+        data = payload if encoded else b"" if payload is None else dump(payload)
         self._queued.clear()  # a command gathered no further (interrupted) has no more turns
         first = len(targets)
         if self.max_active is not None and (
@@ -607,6 +608,36 @@ class WorkerPool:
             self.send(command)
             return self._decoded(self.gather_all(timeout, what, stop_at_death))
         gathered = quick[0](command, timeout, what, stop_at_death)
+        return None if gathered is None else self._decoded(gathered)
+
+    def exchange_frame(
+        self,
+        command: Command,
+        payload: bytes,
+        timeout: float | None,
+        what: str,
+        stop_at_death: bool = False,
+    ) -> Collected | None:
+        """:meth:`exchange` with the same ``payload`` for every worker (an action chunk's
+        command, its actions in the chunk block): framed in send order, the partner last,
+        then the quick read of the replies."""
+        bell = self.resources.bell
+        workers = self.resources.workers
+        if bell is not None:
+            self._announce(bell, workers, command, payload, None, proto.dumps, framed=True)
+            return self._decoded(self._bell_gather(bell, workers, timeout, what, stop_at_death))
+        quick = self._quick or self._build_quick()
+        if quick is None:
+            self.send(command, payload, per_unit=None, encoded=True)
+            return self._decoded(self.gather_all(timeout, what, stop_at_death))
+        for worker in self._send_order():
+            seq = worker.seq = worker.seq + 1
+            worker.expected = seq
+            try:
+                proto.write_frame(worker.cmd_fd, command, seq, payload)
+            except OSError:
+                pass  # as in send()
+        gathered = quick[1](timeout, what, stop_at_death)
         return None if gathered is None else self._decoded(gathered)
 
     def gather_all(
@@ -1107,4 +1138,6 @@ def _is_chunk(
     if command is not Command.STEP_ENVS or not targets:
         return False
     record = payload if per_unit is None else per_unit(targets[0])
+    if isinstance(record, bytes):  # encoded already
+        record = proto.decode_step_envs(record)
     return bool(record.substeps > 1)
