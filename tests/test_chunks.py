@@ -170,6 +170,14 @@ def test_chunks_through_the_futex_protocol(
         run_against_oracle(envs, fns, mode, [3, 8, 1, 8, 5])
 
 
+def test_chunks_take_turns_under_max_concurrency() -> None:
+    """Four one-env workers, two at a time: a chunk runs envs as a step does."""
+    fns = [_cartpole] * 4
+    with SubprocVectorEnv(fns, num_workers=4, max_concurrency=2) as envs:
+        assert envs.layout.max_active == 2
+        run_against_oracle(envs, fns, AutoresetMode.NEXT_STEP, [4, 8, 2])
+
+
 # --- refused before anything is sent ------------------------------------------------------
 
 
