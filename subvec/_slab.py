@@ -415,8 +415,8 @@ class EnvSlab:
         (NEXT_STEP). With ``stop_on_done`` (always under DISABLED) an env that ended executes
         none of its later sub-steps. ``out`` gets every sub-step's reward and flags (0 and
         False past an early stop) and the executed counts; the bound arrays get each env's
-        last executed sub-step's reward and flags, so that the env's state reads as after the
-        ``step()`` calls the chunk stands for, and its last observation (without ``all_obs``).
+        last observation (without ``all_obs``), as a step's. (Their rewards and flags are
+        left alone: the chunk's are in ``out``.)
 
         Args:
             out: the chunk's arrays (rows: this slab's local envs).
@@ -504,9 +504,6 @@ class EnvSlab:
                 if all_obs and write_sub is not None:
                     for rest in range(done, chunk):
                         write_sub(obs, i, rest)
-            arrays.rewards[i] = env_rewards[k]
-            arrays.terminations[i] = env_terms[k]
-            arrays.truncations[i] = env_truncs[k]
             if not all_obs:
                 self._emit_obs(result, i, obs)
             elif write_sub is None:
