@@ -317,3 +317,18 @@ def test_legacy_and_list_info_formats_carry_the_chunk() -> None:
         # NEXT_STEP: the next chunk begins with the reset step, and its reset info
         *_, infos = envs.step_chunk(actions[:, :2])
         assert [sorted(info["infos"][0]) for info in infos] == [["reset_count"]] * 2
+
+
+def test_a_hung_worker_mid_chunk_is_replaced_at_the_sub_step_it_was_lost() -> None:
+    """A timeout inside a chunk follows the policy as in step(): with "restart" the hung
+    worker is killed and replaced, its envs truncated where they were lost."""
+    quiet = dict(obs_space=OBS, act_space=BOX_ACT, max_steps=50, terminate_prob=0.0, quiet=True)
+    fns = [lambda: ZooEnv(**quiet)] * 2  # type: ignore[arg-type]
+    fns[1] = lambda: CrashEnv("hang", at_step=2, seconds=30, **quiet)  # type: ignore[arg-type]
+    with SubprocVectorEnv(fns, num_workers=2, timeout=1.0, on_worker_failure="restart") as envs:
+        envs.reset(seed=0)
+        _, _, _, truncs, infos = envs.step_chunk(np.zeros((2, 4, 2), np.float32))
+        assert infos["chunk_steps"].tolist() == [4, 2]
+        assert truncs[1].tolist() == [False, True, False, False] and not truncs[0].any()
+        assert infos["_worker_restarted"].tolist() == [[False] * 4, [False, True, False, False]]
+        assert "waiting for step_chunk" in envs.restarts[0].reason
