@@ -12,6 +12,7 @@ subvec`` never imports ray, this module does. See docs/ray.md.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -138,6 +139,9 @@ class RayVectorEnv(VectorFront):
             they do not divide).
         local_workers: worker processes of each actor's SubprocVectorEnv; default the
             actor's ``num_cpus`` (at most its envs).
+        context: the start method of the worker processes inside each actor (``"forkserver"``,
+            ``"spawn"`` or ``"fork"``; None: SubprocVectorEnv's default, forkserver), checked
+            here before anything starts. SB3's ``start_method`` with ``backend="ray"``.
         actor_options: Ray actor options: ``num_cpus`` (default ``local_workers`` or 1; never
             0), ``num_gpus``, ``resources``, ``runtime_env``, and any other option of
             ``.options()``. Each actor sets ``OMP/MKL/OPENBLAS_NUM_THREADS=1`` for its workers
@@ -195,6 +199,7 @@ class RayVectorEnv(VectorFront):
         num_actors: int | None = None,
         envs_per_actor: int | None = None,
         local_workers: int | None = None,
+        context: str | None = None,
         actor_options: Mapping[str, Any] | None = None,
         placement: str | PlacementGroup = "spread",
         address: str | None = None,
@@ -224,6 +229,8 @@ class RayVectorEnv(VectorFront):
             start_timeout=start_timeout,
             observation_mode=observation_mode,
         )
+        if context is not None:
+            multiprocessing.get_context(context)  # ValueError: cannot find context for '...'
         #: the most envs in ``step`` or ``reset`` at once (None: no limit)
         self.max_concurrency = check_max_concurrency(max_concurrency)
         if not isinstance(placement, PlacementGroup) and placement not in STRATEGIES:
@@ -284,6 +291,7 @@ class RayVectorEnv(VectorFront):
                     "on_worker_failure": self.on_worker_failure,
                     "max_restarts": self.max_restarts,
                     "start_timeout": self.start_timeout,
+                    "context": context,
                     # what each actor's SubprocVectorEnv gives its workers
                     "worker_env": worker_env,
                     "build_retries": build_retries,

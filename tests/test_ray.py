@@ -37,7 +37,14 @@ from ray.util.placement_group import (  # noqa: E402
 
 from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
-from tests.envs import OptionsEnv, StepClockEnv, ZooEnv, crash_fns, make_zoo  # noqa: E402
+from tests.envs import (  # noqa: E402
+    OptionsEnv,
+    StartMethodEnv,
+    StepClockEnv,
+    ZooEnv,
+    crash_fns,
+    make_zoo,
+)
 from tests.helpers import assert_same  # noqa: E402
 from tests.test_async import _expected, check_trajectories  # noqa: E402
 from tests.test_conformance import _zoo_fns, run_side_by_side  # noqa: E402
@@ -551,3 +558,23 @@ def test_worker_env_and_build_retries_reach_the_workers_inside_the_actors(tmp_pa
 
 def _tag_worker(placement: Any) -> dict[str, str]:
     return {"SIM_TAG": f"local worker {placement.worker}"}
+
+
+@pytest.mark.parametrize(("start_method", "forked"), [(None, False), ("fork", True)])
+def test_sb3_start_method_starts_the_workers_inside_the_actors(
+    start_method: str | None, forked: bool
+) -> None:
+    pytest.importorskip("stable_baselines3")
+    from subvec.sb3 import SubprocVecEnv
+
+    vec = SubprocVecEnv([StartMethodEnv] * 2, start_method=start_method, backend="ray")
+    try:
+        assert vec.get_attr("inherited_ray") == [forked, forked]
+    finally:
+        vec.close()
+
+
+def test_an_unknown_start_method_is_refused_before_anything_starts() -> None:
+    # multiprocessing's own error, as SB3's SubprocVecEnv raises it
+    with pytest.raises(ValueError, match="cannot find context for 'illegal_method'"):
+        RayVectorEnv([make_zoo("box_f32")] * 2, context="illegal_method")
