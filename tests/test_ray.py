@@ -47,8 +47,9 @@ from tests.envs import (  # noqa: E402
 )
 from tests.helpers import assert_same  # noqa: E402
 from tests.test_async import _expected, check_trajectories  # noqa: E402
-from tests.test_conformance import _zoo_fns, run_side_by_side  # noqa: E402
+from tests.test_conformance import _zoo_fns, axis_params, run_side_by_side  # noqa: E402
 from tests.test_gym_fidelity import _most_at_once  # noqa: E402
+from tests.vectorisers import NEEDS_RAY  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]
 
@@ -123,21 +124,13 @@ RayEnvs = functools.partial(RayVectorEnv, num_actors=2, local_workers=1, start_t
 
 
 @pytest.mark.parametrize(
-    ("space_name", "mode", "info_format"),
-    [
-        ("box_f32", AutoresetMode.NEXT_STEP, "gymnasium"),
-        ("box_f32", AutoresetMode.SAME_STEP, "gymnasium"),
-        ("dict_nest", AutoresetMode.NEXT_STEP, "list"),
-        ("tuple_nest", AutoresetMode.SAME_STEP, "legacy"),
-        # observations by value, and masked resets that leave a whole actor alone
-        ("text", AutoresetMode.DISABLED, "list"),
-        # split in each actor's vector env (cameras in its block), by value to the driver
-        ("cameras_text", AutoresetMode.SAME_STEP, "gymnasium"),
-    ],
-    ids=lambda v: getattr(v, "value", v),
+    ("vectoriser", "space_name", "flavour"), axis_params(NEEDS_RAY), indirect=["vectoriser"]
 )
-def test_matches_sync(space_name: str, mode: AutoresetMode, info_format: str) -> None:
-    run_side_by_side(_zoo_fns(space_name), mode, make=RayEnvs, info_format=info_format)
+def test_matches_sync(vectoriser: Any, space_name: str, flavour: tuple[AutoresetMode, str]) -> None:
+    # the conformance axis' Ray entry (tests/vectorisers.py): a few cases by default, the
+    # whole product under -m slow
+    mode, info_format = flavour
+    run_side_by_side(_zoo_fns(space_name), mode, make=vectoriser, info_format=info_format)
 
 
 def test_cartpole_matches_sync_with_one_actor_per_env() -> None:
