@@ -52,7 +52,8 @@ class LocalShare:
             for env in envs:
                 env.close()
             record = ErrorRecord.capture(exc, lo + len(envs), "make")
-            raise rebuild_remote_error(record, os.getpid()) from None
+            error = rebuild_remote_error(record, os.getpid())
+            raise error from error.__cause__  # the traceback as the cause, as a worker's
         self.slab = EnvSlab(envs, lo, autoreset_mode)
         self._pending: Callable[[], Any] | None = None
         self._command = Command.STEP

@@ -40,7 +40,7 @@ from subvec import _spaces
 from subvec._block import BatchViews
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS, RestartRecord
-from subvec._front import ObservationMode, VectorFront
+from subvec._front import Hello, ObservationMode, VectorFront
 from subvec._gpus import WorkerEnvSpec, check_worker_env
 from subvec._pickling import pickle_factories
 from subvec._plan import check_max_concurrency, split
@@ -56,7 +56,6 @@ from subvec._ray import (
 )
 from subvec._starts import check_build_retries
 from subvec.errors import PlacementError
-from subvec.proxy import RemoteProxy
 
 __all__ = ["ActorPlacement", "RayVectorEnv"]
 
@@ -414,14 +413,7 @@ class RayVectorEnv(VectorFront):
         }
 
     def _setup(self, backend: RayActors) -> None:
-        hellos = [u.hello for u in backend.units_]
-        first = hellos[0]
-        self.metadata = dict(first["metadata"])
-        self.metadata["autoreset_mode"] = self.autoreset_mode
-        self.render_mode = first["render_mode"]
-        obs_spaces = [space for h in hellos for space in h["observation_spaces"]]
-        act_spaces = [space for h in hellos for space in h["action_spaces"]]
-        self._setup_spaces(obs_spaces, act_spaces)
+        self._take_hellos([Hello.of_mapping(u.hello) for u in backend.units_])
         n = self.num_envs
         store, regions = None, None
         if _spaces.is_shareable(self.single_action_space):
@@ -480,17 +472,6 @@ class RayVectorEnv(VectorFront):
         against ``max_restarts``."""
         nested = [] if self._backend is None else self._backend.nested_restarts
         return self._policy.restarts + [RestartRecord(w, e, r, t) for w, e, r, t in nested]
-
-    @property
-    def remote(self) -> RemoteProxy:
-        """Attribute-style calls: ``envs.remote.get_t(1)`` is ``envs.call("get_t", 1)``."""
-        return RemoteProxy(self)
-
-    def __enter__(self) -> RayVectorEnv:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else self._state.value
