@@ -227,6 +227,7 @@ class SubprocVectorEnv(VectorFront):
             envs_per_worker=envs_per_worker,
             spin_us=spin_us,
             max_concurrency=max_concurrency,
+            first_ready=self.batch_size < self.num_envs,
         )
         #: the most envs in ``step`` or ``reset`` at once (None: no limit)
         self.max_concurrency = check_max_concurrency(max_concurrency)
