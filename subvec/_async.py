@@ -156,6 +156,11 @@ class AsyncStepping:
         self._ready: dict[int, EnvResult | _InBlock] = {}
         self._after_restart: dict[int, EnvResult] = {}  # idle envs whose unit was rebuilt
         self._last_ids: np.ndarray | None = None
+        # Each env's place in the order envs were sent work (a send, a reset): held results
+        # that became ready together are handed out, and queued work is dispatched, oldest
+        # first (see ``_dispatch`` and ``_collect_ready``).
+        self._sent_at = np.zeros(self.num_envs, dtype=np.int64)
+        self._sends = 0
         self._action_spaces: dict[int, Space[Any]] = {}
         self._mergers: dict[int, InfoMerger] = {}
 
@@ -202,6 +207,7 @@ class AsyncStepping:
             )
         seeds, mask, env_options = self._reset_args(seed, options)
         self._enter_async()
+        self._stamp(np.arange(self.num_envs) if mask is None else np.flatnonzero(mask))
         for unit in self._units.all:
             envs = [e for e in range(unit.lo, unit.hi) if mask is None or mask[e]]
             if not envs:
@@ -245,6 +251,7 @@ class AsyncStepping:
             actions = without_tensors(self.single_action_space, actions)  # numpy, as the block's
             per_env = per_env_actions(space, actions, k, "one per env in env_ids")
         self._enter_async()
+        self._stamp(ids)
         for env, action in zip(ids.tolist(), per_env):
             rebuilt = self._after_restart.pop(env, None)
             if rebuilt is not None:  # its env was rebuilt while idle: report that instead
@@ -375,13 +382,31 @@ class AsyncStepping:
         if self._state is _State.ASYNC and not self._outstanding():
             self._state = _State.IDLE
 
+    def _stamp(self, ids: np.ndarray) -> None:
+        """Number the envs ``ids`` (in that order) after every env sent work before."""
+        k = len(ids)
+        self._sent_at[ids] = np.arange(self._sends, self._sends + k)
+        self._sends += k
+
     def _dispatch(self) -> None:
         """Give every free unit that has actions queued one command for all of them (one
-        ``send`` per backend)."""
+        ``send`` per backend), the unit whose queued action was sent first commanded first.
+
+        The order matters when the parent waits for the first answers: a unit commanded
+        earlier tends to answer earlier, and a unit that answers first every time has its
+        envs back in its next command first every time (identical envs were served 2:1).
+        Oldest first, the unit that answered late is commanded first the next time."""
+        sent_at = self._sent_at
+        free = [
+            (min(sent_at[e] for e in queued), index)
+            for index, queued in self._queued.items()
+            if queued and index not in self._flight
+        ]
+        if not free:
+            return
         payloads: dict[int, StepEnvsPayload] = {}
-        for index, queued in self._queued.items():
-            if not queued or index in self._flight:
-                continue
+        for _, index in sorted(free):
+            queued = self._queued[index]
             unit = self._units.unit(index)
             envs = sorted(queued)
             actions: list[Any] | None = [queued[e] for e in envs]
@@ -395,10 +420,10 @@ class AsyncStepping:
             payloads[index] = StepEnvsPayload([e - unit.lo for e in envs], actions)
             self._flight[index] = ("step", envs)
             queued.clear()
-        if not payloads:
-            return
         for backend in self._backends:
-            units = [u for u in backend.units if u.index in payloads]
+            units = [
+                u for u in map(self._units.unit, payloads) if self._units.backend(u) is backend
+            ]
             if units:
                 backend.send(Command.STEP_ENVS, per_unit=lambda u: payloads[u.index], units=units)
 
@@ -435,9 +460,20 @@ class AsyncStepping:
                     Failure(u, "hung", f"no reply from {u.describe()} after {timeout:g} s")
                     for u in mine
                 ]
-        for index in sorted(outcomes):
+        ready = self._ready
+        before = len(ready)
+        for index in outcomes:
             kind, envs = flight.pop(index)
             self._hold(self._units.unit(index), kind, envs, outcomes[index])
+        if len(ready) - before > 1:
+            # Seen in the same look, these became ready together as far as the parent can
+            # tell: the env sent its work first goes first (not the lowest env index, which
+            # served the first envs of every unit, and the first unit, more often).
+            fresh = list(ready)[before:]
+            oldest_first = sorted(fresh, key=self._sent_at.__getitem__)
+            if oldest_first != fresh:
+                for env in oldest_first:
+                    ready[env] = ready.pop(env)
         if failures:
             self._async_failures(failures, timeout)
         self._dispatch()

@@ -260,6 +260,13 @@ class ChunkAttachment:
         self.views = ChunkViews(self.block.views, spec, space, action_space)
         return self.views
 
+    def adopt(self, views: ChunkViews) -> None:
+        """Use ``views`` (the front's own arrays, no segment: the unit runs in the front's
+        process with nothing else to map) for the chunks that name their spec."""
+        if self.views is not views:
+            self.close()
+            self.views = views
+
     def close(self) -> None:
         block, self.block, self.views = self.block, None, None
         if block is not None:

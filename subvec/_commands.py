@@ -37,6 +37,7 @@ __all__ = [
     "WorkerHello",
     "raise_first",
     "rebuild_remote_error",
+    "with_remote_cause",
 ]
 
 
@@ -306,6 +307,15 @@ def rebuild_remote_error(record: ErrorRecord, worker_pid: int | None) -> BaseExc
     exc.command = record.command  # type: ignore[attr-defined]
     exc.remote_traceback = record.traceback_text  # type: ignore[attr-defined]
     exc.__cause__ = RemoteTraceback(record.traceback_text)
+    return exc
+
+
+def with_remote_cause(exc: BaseException) -> BaseException:
+    """``exc`` with its remote traceback as ``__cause__`` again: pickling an exception drops
+    its cause, and an env error from a Ray actor reaches the driver pickled."""
+    text = getattr(exc, "remote_traceback", "")
+    if text and exc.__cause__ is None:
+        exc.__cause__ = RemoteTraceback(text)
     return exc
 
 

@@ -23,12 +23,13 @@ SyncVectorEnv would. A subclass builds the backends and binds the batch arrays
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from copy import deepcopy
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
-from gymnasium import Space, logger
+from gymnasium import Env, Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector.utils import (
@@ -70,9 +71,12 @@ from subvec._spaces import (
 from subvec._state import _ASYNC_NAME, _WAITING, _State
 from subvec._units import Units
 from subvec.errors import BrokenVectorEnvError, add_note
+from subvec.proxy import RemoteProxy
 
 __all__ = [
     "EnvIds",
+    "EnvsHello",
+    "Hello",
     "ObservationMode",
     "ResetOptions",
     "VectorFront",
@@ -92,6 +96,56 @@ BROKEN_CLOSE_TIMEOUT = 2.0
 
 #: ``observation_mode``: ``"same"``, ``"different"`` or ``(observation_space, single_space)``
 ObservationMode = str | tuple[Space[Any], Space[Any]]
+
+_Front = TypeVar("_Front", bound="VectorFront")
+
+
+class EnvsHello(Protocol):
+    """What a unit says once its envs are built: each env's spaces, and its first env's
+    metadata and render mode (a worker's ``WorkerHello``, an actor's hello, the parent's own
+    envs described in place)."""
+
+    @property
+    def observation_spaces(self) -> Sequence[Space[Any]]: ...
+
+    @property
+    def action_spaces(self) -> Sequence[Space[Any]]: ...
+
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
+
+    @property
+    def render_mode(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Hello:
+    """An :class:`EnvsHello` made here: of envs at hand, or of an actor's hello mapping."""
+
+    observation_spaces: Sequence[Space[Any]]
+    action_spaces: Sequence[Space[Any]]
+    metadata: Mapping[str, Any]
+    render_mode: str | None
+
+    @classmethod
+    def of_envs(cls, envs: Sequence[Env[Any, Any]]) -> Hello:
+        """What a worker's hello would say of ``envs``."""
+        return cls(
+            [env.observation_space for env in envs],
+            [env.action_space for env in envs],
+            dict(envs[0].metadata),
+            envs[0].render_mode,
+        )
+
+    @classmethod
+    def of_mapping(cls, hello: Mapping[str, Any]) -> Hello:
+        """The same keys, in a mapping (a Ray actor's hello)."""
+        return cls(
+            hello["observation_spaces"],
+            hello["action_spaces"],
+            hello["metadata"],
+            hello["render_mode"],
+        )
 
 
 def check_observation_mode(mode: object) -> ObservationMode:
@@ -230,6 +284,18 @@ class VectorFront(
         self._units = Units([], num_envs)
 
     # --- what the subclass sets up ----------------------------------------------------------
+
+    def _take_hellos(self, hellos: Sequence[EnvsHello]) -> None:
+        """Metadata and render mode from the first unit's envs, and every env's spaces (see
+        :meth:`_setup_spaces`); ``hellos`` cover the envs in env order."""
+        first = hellos[0]
+        self.metadata = dict(first.metadata)
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = first.render_mode
+        self._setup_spaces(
+            [space for hello in hellos for space in hello.observation_spaces],
+            [space for hello in hellos for space in hello.action_spaces],
+        )
 
     def _setup_spaces(
         self, obs_spaces: Sequence[Space[Any]], act_spaces: Sequence[Space[Any]]
@@ -1271,6 +1337,17 @@ class VectorFront(
 
     def _released(self) -> None:
         """Called once every backend is closed (the subclass drops what it still holds)."""
+
+    def __enter__(self: _Front) -> _Front:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def remote(self) -> RemoteProxy:
+        """Attribute-style calls: ``envs.remote.get_t(1)`` is ``envs.call("get_t", 1)``."""
+        return RemoteProxy(self)
 
     def _drop_views(self) -> None:
         # Our own references to the batch arrays; without them a shared block unmaps at once.

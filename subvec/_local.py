@@ -18,7 +18,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import PLAIN, Collected, Outcome, Unit
 from subvec._block import bind_rows
-from subvec._chunks import ChunkAttachment, run_chunk
+from subvec._chunks import ChunkAttachment, ChunkViews, run_chunk
 from subvec._commands import (
     Command,
     ErrorRecord,
@@ -59,7 +59,8 @@ class LocalShare:
             for env in envs:
                 env.close()
             record = ErrorRecord.capture(exc, lo + len(envs), "make")
-            raise rebuild_remote_error(record, os.getpid()) from None
+            error = rebuild_remote_error(record, os.getpid())
+            raise error from error.__cause__  # the traceback as the cause, as a worker's
         self.slab = EnvSlab(envs, lo, autoreset_mode)
         self._pending: Callable[[], Any] | None = None
         self._command = Command.STEP
@@ -92,6 +93,11 @@ class LocalShare:
         """Give the envs their rows of the block, as a worker's are given."""
         self.slab.bind(bind_rows(views, spec, self.lo, self.hi))
         self._spaces = (spec.observation_space, spec.action_space)
+
+    def adopt_chunks(self, views: ChunkViews) -> None:
+        """The chunk block's views, when the front keeps them in this process's memory (the
+        in-process vector env): no segment to attach."""
+        self._chunks.adopt(views)
 
     def send(
         self,

@@ -129,7 +129,7 @@ def check_max_concurrency(max_concurrency: object) -> int | None:
 
 
 def _spin(
-    n: int, spin_us: float | None, cpus: int, parent_envs: int
+    n: int, spin_us: float | None, cpus: int, parent_envs: int, first_ready: bool = False
 ) -> tuple[tuple[float, ...], float, int | None]:
     """Per-worker spin, parent spin, and the partner worker (if any).
 
@@ -142,7 +142,12 @@ def _spin(
       parent has the CPU, and the parent sleeps until the partner replies, so the partner has
       the CPU meanwhile: two context switches on one CPU per step, no cross-CPU wake-up. The
       other workers spin; the parent doesn't (with ``parent_envs`` there is no partner: the
-      parent is busy stepping its own envs, so the workers spin);
+      parent is busy stepping its own envs, so the workers spin). With ``first_ready``
+      (asynchronous stepping planned: ``batch_size`` below ``num_envs``) nobody spins and
+      there is no partner: a first-ready ``recv`` wakes at the first answers, so a worker
+      that gets the CPU whenever the parent sleeps, or one that spins while another sleeps,
+      answers first and has its envs served more often than the others' (identical envs
+      were served 2:1); workers that all wait alike are served alike;
     - more workers than CPUs: nobody spins.
     """
     if spin_us is not None:
@@ -155,6 +160,8 @@ def _spin(
         return (0.0,) * n, 0.0, None
     if parent_envs:
         return (DEFAULT_SPIN_US,) * n, 0.0, None
+    if first_ready:
+        return (0.0,) * n, 0.0, None
     return (0.0,) + (DEFAULT_SPIN_US,) * (n - 1), 0.0, 0
 
 
@@ -168,6 +175,7 @@ def plan_layout(
     spin_us: float | None = None,
     max_concurrency: int | None = None,
     wake: str | None = None,
+    first_ready: bool = False,
 ) -> Layout:
     """Plan the workers for ``num_envs`` envs on ``cpus`` usable CPUs.
 
@@ -185,6 +193,9 @@ def plan_layout(
             turn, and the parent for several turns).
         wake: ``"futex"`` or ``"pipes"``; None: by ``_wake.choose`` (the futex from
             ``_wake.MIN_WORKERS`` workers where it works, and without turns).
+        first_ready: the envs will mostly step asynchronously, ``recv`` returning the
+            first ready (``batch_size`` below ``num_envs``): every worker waits alike, so
+            that identical envs are served alike (see ``_spin``).
 
     Returns:
         The :class:`Layout`.
@@ -212,7 +223,7 @@ def plan_layout(
     )
     max_active = max_concurrency if max_concurrency is not None and max_concurrency < n else None
     if max_active is None:
-        worker_spin, parent_spin, partner = _spin(n, spin_us, cpus, int(parent_envs))
+        worker_spin, parent_spin, partner = _spin(n, spin_us, cpus, int(parent_envs), first_ready)
     else:
         # Turns: a worker waits for its turn and the parent for several; nobody spins unless
         # told to, and no worker partners the parent (it would not always reply last).

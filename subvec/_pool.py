@@ -378,10 +378,10 @@ class WorkerPool:
         units: Sequence[Any] | None = None,
         encoded: bool = False,
     ) -> None:
-        """Send ``command`` to ``units`` (default: every worker, the partner last) with
+        """Send ``command`` to ``units`` (default: every worker), the partner last, with
         ``payload`` or ``per_unit(worker)``, pickled (cloudpickle for calls: their arguments
         may be lambdas); ``encoded``: ``payload`` is the bytes already."""
-        targets = self._send_order() if units is None else units
+        targets = self._send_order() if units is None else self._partner_last(units)
         dump: Callable[[Any], bytes] = proto.dumps
         if command in _CLOUDPICKLED:
             dump = pickling.dumps
@@ -570,6 +570,14 @@ class WorkerPool:
         # The partner last: waking it on our CPU may hand it the CPU at once (wake-up
         # preemption), and the other workers must have their command before that.
         return [w for w in workers if w.index != first] + [workers[first]]
+
+    def _partner_last(self, units: Sequence[Worker]) -> Sequence[Worker]:
+        """``units`` in their order, the partner moved last (as ``_send_order``): a command
+        to some workers must not wake the partner on our CPU before the others have theirs."""
+        first = self.wait_first
+        if first is None or len(units) < 2 or units[-1].index == first:
+            return units
+        return [w for w in units if w.index != first] + [w for w in units if w.index == first]
 
     def _full_poller(self) -> tuple[select.poll, dict[int, tuple[Worker, bool]]]:
         """A poll object over every worker's reply fd and sentinel, kept between waits (built

@@ -51,6 +51,7 @@ from subvec._commands import (
     StepEnvsPayload,
     StepPayload,
     UnitReply,
+    with_remote_cause,
 )
 from subvec._infos import InfoEvent
 from subvec.errors import (
@@ -576,7 +577,7 @@ class RayActors:
                     env_indices=range(unit.lo, unit.hi),
                 ) from exc
             if status is Status.ERROR:
-                raise value
+                raise with_remote_cause(value)
             unit.node_id = value["node_id"]
             unit.ip = _node_address(unit.node_id)
             unit.actor_pid, unit.worker_pids = value["pid"], value["worker_pids"]
@@ -735,7 +736,7 @@ class RayActors:
                 message = f"{unit.describe()} lost a worker: {value.message}"
                 into.failures.append(Failure(unit, value.kind, message))
             else:
-                into.outcomes[unit.index] = (status, value)
+                into.outcomes[unit.index] = (status, with_remote_cause(value))
             return
         if command is Command.STEP or command is Command.RESET:
             reply: StepReply = value

@@ -73,6 +73,20 @@ class BlockLayout:
         return cls(tuple(regions), max(offset, _ALIGN))
 
 
+def layout_views(buffer: Any, layout: BlockLayout) -> dict[str, np.ndarray]:
+    """Each region of ``layout`` as an array over ``buffer`` (a mapped block, or the parent's
+    own memory when every env runs in-process)."""
+    return {
+        region.name: np.frombuffer(
+            buffer,
+            dtype=np.dtype(region.dtype),
+            count=int(np.prod(region.shape, dtype=np.int64)),
+            offset=region.offset,
+        ).reshape(region.shape)
+        for region in layout.regions
+    }
+
+
 class SharedBlock:
     """A mapped block and its views. ``create`` in the parent, ``attach`` in a worker."""
 
@@ -83,15 +97,7 @@ class SharedBlock:
         self.owner = owner
         buf = shm.buf
         assert buf is not None
-        self.views: dict[str, np.ndarray] = {
-            region.name: np.frombuffer(
-                buf,
-                dtype=np.dtype(region.dtype),
-                count=int(np.prod(region.shape, dtype=np.int64)),
-                offset=region.offset,
-            ).reshape(region.shape)
-            for region in layout.regions
-        }
+        self.views = layout_views(buf, layout)
 
     @classmethod
     def create(cls, layout: BlockLayout) -> SharedBlock:

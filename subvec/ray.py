@@ -12,6 +12,7 @@ subvec`` never imports ray, this module does. See docs/ray.md.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -39,7 +40,7 @@ from subvec import _spaces
 from subvec._block import BatchViews
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS, RestartRecord
-from subvec._front import ObservationMode, VectorFront
+from subvec._front import Hello, ObservationMode, VectorFront
 from subvec._gpus import WorkerEnvSpec, check_worker_env
 from subvec._pickling import pickle_factories
 from subvec._plan import check_max_concurrency, split
@@ -55,7 +56,6 @@ from subvec._ray import (
 )
 from subvec._starts import check_build_retries
 from subvec.errors import PlacementError
-from subvec.proxy import RemoteProxy
 
 __all__ = ["ActorPlacement", "RayVectorEnv"]
 
@@ -138,6 +138,9 @@ class RayVectorEnv(VectorFront):
             they do not divide).
         local_workers: worker processes of each actor's SubprocVectorEnv; default the
             actor's ``num_cpus`` (at most its envs).
+        context: the start method of the worker processes inside each actor (``"forkserver"``,
+            ``"spawn"`` or ``"fork"``; None: SubprocVectorEnv's default, forkserver), checked
+            here before anything starts. SB3's ``start_method`` with ``backend="ray"``.
         actor_options: Ray actor options: ``num_cpus`` (default ``local_workers`` or 1; never
             0), ``num_gpus``, ``resources``, ``runtime_env``, and any other option of
             ``.options()``. Each actor sets ``OMP/MKL/OPENBLAS_NUM_THREADS=1`` for its workers
@@ -195,6 +198,7 @@ class RayVectorEnv(VectorFront):
         num_actors: int | None = None,
         envs_per_actor: int | None = None,
         local_workers: int | None = None,
+        context: str | None = None,
         actor_options: Mapping[str, Any] | None = None,
         placement: str | PlacementGroup = "spread",
         address: str | None = None,
@@ -224,6 +228,8 @@ class RayVectorEnv(VectorFront):
             start_timeout=start_timeout,
             observation_mode=observation_mode,
         )
+        if context is not None:
+            multiprocessing.get_context(context)  # ValueError: cannot find context for '...'
         #: the most envs in ``step`` or ``reset`` at once (None: no limit)
         self.max_concurrency = check_max_concurrency(max_concurrency)
         if not isinstance(placement, PlacementGroup) and placement not in STRATEGIES:
@@ -284,6 +290,7 @@ class RayVectorEnv(VectorFront):
                     "on_worker_failure": self.on_worker_failure,
                     "max_restarts": self.max_restarts,
                     "start_timeout": self.start_timeout,
+                    "context": context,
                     # what each actor's SubprocVectorEnv gives its workers
                     "worker_env": worker_env,
                     "build_retries": build_retries,
@@ -406,14 +413,7 @@ class RayVectorEnv(VectorFront):
         }
 
     def _setup(self, backend: RayActors) -> None:
-        hellos = [u.hello for u in backend.units_]
-        first = hellos[0]
-        self.metadata = dict(first["metadata"])
-        self.metadata["autoreset_mode"] = self.autoreset_mode
-        self.render_mode = first["render_mode"]
-        obs_spaces = [space for h in hellos for space in h["observation_spaces"]]
-        act_spaces = [space for h in hellos for space in h["action_spaces"]]
-        self._setup_spaces(obs_spaces, act_spaces)
+        self._take_hellos([Hello.of_mapping(u.hello) for u in backend.units_])
         n = self.num_envs
         store, regions = None, None
         if _spaces.is_shareable(self.single_action_space):
@@ -472,17 +472,6 @@ class RayVectorEnv(VectorFront):
         against ``max_restarts``."""
         nested = [] if self._backend is None else self._backend.nested_restarts
         return self._policy.restarts + [RestartRecord(w, e, r, t) for w, e, r, t in nested]
-
-    @property
-    def remote(self) -> RemoteProxy:
-        """Attribute-style calls: ``envs.remote.get_t(1)`` is ``envs.call("get_t", 1)``."""
-        return RemoteProxy(self)
-
-    def __enter__(self) -> RayVectorEnv:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else self._state.value

@@ -74,7 +74,8 @@ class SubprocVecEnv(VecEnv):
     Args:
         env_fns: callables that each build one env (as for SB3's ``SubprocVecEnv``).
         start_method: multiprocessing start method; default forkserver on Linux (thread-safe
-            with torch already running in the parent), spawn elsewhere.
+            with torch already running in the parent), spawn elsewhere. With
+            ``backend="ray"``, that of the worker processes inside each actor.
         **subvec_kwargs: options of :class:`subvec.SubprocVectorEnv`: ``num_workers``,
             ``envs_per_worker``, ``shared_memory``, ``daemon``, ``numa``, ``pin``, ``gpus``,
             ``worker_env``, ``max_concurrent_starts``, ``build_retries``,
@@ -95,11 +96,6 @@ class SubprocVecEnv(VecEnv):
     ) -> None:
         allowed = _allowed(backend)
         check_kwargs(subvec_kwargs, allowed, "subvec.sb3.SubprocVecEnv()", hints=_FIXED)
-        if backend == "ray" and start_method is not None:
-            raise ValueError(
-                f"start_method={start_method!r} applies to worker processes on this machine; "
-                "the Ray backend's actors start theirs with forkserver: drop it"
-            )
         if not subvec_kwargs.get("copy", True):
             raise ValueError(
                 "copy=False is not supported by the SB3 adapter: SB3 keeps the previous "
@@ -118,6 +114,7 @@ class SubprocVecEnv(VecEnv):
                 factories,
                 autoreset_mode=AutoresetMode.SAME_STEP,
                 info_format="list",
+                context=start_method,  # the start method of the workers inside each actor
                 **subvec_kwargs,
             )
         else:

@@ -37,7 +37,7 @@ from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._bootstrap import registry_snapshot
 from subvec._commands import Command, StepEnvsPayload
 from subvec._failures import DEFAULT_MAX_RESTARTS
-from subvec._front import ObservationMode, VectorFront
+from subvec._front import EnvsHello, Hello, ObservationMode, VectorFront
 from subvec._gpus import GpuSpec, WorkerEnvSpec, check_worker_env, resolve_gpus
 from subvec._local import LocalShare
 from subvec._merge import Part
@@ -58,7 +58,6 @@ from subvec._stats import WorkerStats, worker_stats
 from subvec._threads import check_threads
 from subvec._topology import PlacementReport, plan_placement, usable_cpus
 from subvec._wake import FUTEX
-from subvec.proxy import RemoteProxy
 
 __all__ = ["SubprocVectorEnv"]
 
@@ -231,6 +230,7 @@ class SubprocVectorEnv(VectorFront):
             envs_per_worker=envs_per_worker,
             spin_us=spin_us,
             max_concurrency=max_concurrency,
+            first_ready=self.batch_size < self.num_envs,
         )
         #: the most envs in ``step`` or ``reset`` at once (None: no limit)
         self.max_concurrency = check_max_concurrency(max_concurrency)
@@ -277,18 +277,10 @@ class SubprocVectorEnv(VectorFront):
                     self.env_fns[first:], first, self.num_workers, self.autoreset_mode
                 )
             self._pool.handshake(self._pool.workers, start_timeout)
-            workers = self._pool.workers
-            first_hello = workers[0].hello
-            assert first_hello is not None
-            self.metadata = dict(first_hello.metadata)
-            self.metadata["autoreset_mode"] = self.autoreset_mode
-            self.render_mode = first_hello.render_mode
-            obs_spaces = [sp for w in workers if w.hello for sp in w.hello.observation_spaces]
-            act_spaces = [sp for w in workers if w.hello for sp in w.hello.action_spaces]
+            hellos: list[EnvsHello] = [w.hello for w in self._pool.workers if w.hello]
             if self._local is not None:
-                obs_spaces += [env.observation_space for env in self._local.envs]
-                act_spaces += [env.action_space for env in self._local.envs]
-            self._setup_spaces(obs_spaces, act_spaces)
+                hellos.append(Hello.of_envs(self._local.envs))
+            self._take_hellos(hellos)
             self._setup_block()
         except BaseException:
             # Nothing may outlive a failed construction: the caller holds only the exception.
@@ -466,17 +458,6 @@ class SubprocVectorEnv(VectorFront):
     def _released(self) -> None:
         self._local = None
         self._finalizer()
-
-    @property
-    def remote(self) -> RemoteProxy:
-        """Attribute-style calls: ``envs.remote.get_t(1)`` is ``envs.call("get_t", 1)``."""
-        return RemoteProxy(self)
-
-    def __enter__(self) -> SubprocVectorEnv:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     @property
     def placement(self) -> tuple[PlacementReport, ...]:

@@ -1,7 +1,8 @@
 """Every test is checked for leaked child processes and shared-memory segments.
 
 ``vectoriser``: the conformance axis (tests/vectorisers.py); a test that takes it runs once per
-entry of VECTORISERS, or over a subset given with ``parametrize(..., indirect=["vectoriser"])``.
+entry of VECTORISERS that needs no Ray, or over a subset given with ``parametrize(...,
+indirect=["vectoriser"])`` (the Ray entries: in tests/test_ray.py, whose module starts Ray).
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import psutil
 import pytest
 
 from subvec._shm import list_segments
-from tests.vectorisers import VECTORISERS, VectorFactory, check_built_as_asked, make_vector_env
+from tests.vectorisers import (
+    NEEDS_RAY,
+    VECTORISERS,
+    VectorFactory,
+    check_built_as_asked,
+    make_vector_env,
+)
 
 # Long-lived helpers that multiprocessing starts once per interpreter, not per vector env.
 _SINGLETONS = ("forkserver", "resource_tracker")
@@ -96,7 +103,7 @@ def fd_count():
     return lambda: len(os.listdir("/proc/self/fd"))
 
 
-@pytest.fixture(params=list(VECTORISERS))
+@pytest.fixture(params=[name for name in VECTORISERS if name not in NEEDS_RAY])
 def vectoriser(request: pytest.FixtureRequest) -> VectorFactory:
     """``make(env_fns, **kwargs) -> VectorEnv`` with one entry of VECTORISERS, which also checks
     that the entry's settings took effect."""

@@ -628,3 +628,12 @@ class MatmulEnv(gym.Env[np.ndarray, int]):
             "torch": None if torch is None else torch.get_num_threads(),
             "torch_interop": None if torch is None else torch.get_num_interop_threads(),
         }
+
+
+class StartMethodEnv(ZooEnv):
+    """Records how its worker process started: a forked worker inherits the modules of the
+    process that forked it (``ray`` inside a Ray actor); a forkserver or spawn worker does not."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.inherited_ray = "ray" in sys.modules

@@ -192,6 +192,26 @@ def test_spin_policy_follows_the_usable_cpus(
         envs.close()
 
 
+def test_a_layout_for_first_ready_stepping_has_every_worker_wait_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With batch_size below num_envs no worker partners the parent or spins: a first-ready
+    # recv would serve the envs of a worker that answers first more often.
+    monkeypatch.setenv("SUBVEC_WAKE", "pipes")
+    assert plan_layout(8, cpus=2).partner == 0
+    layout = plan_layout(8, cpus=2, first_ready=True)
+    assert (layout.partner, layout.worker_spin_us, layout.parent_spin_us) == (None, (0.0,) * 2, 0)
+    assert layout.bounds == ((0, 4), (4, 8))
+    assert plan_layout(8, cpus=4, num_workers=2, first_ready=True).worker_spin_us == (300.0,) * 2
+    monkeypatch.setattr("subvec.vector.usable_cpus", lambda: 2)
+    for batch_size, partner in ((3, None), (8, 0), (None, 0)):
+        envs = SubprocVectorEnv([make_zoo("box_f32")] * 8, batch_size=batch_size)
+        try:
+            assert envs.layout.partner == partner
+        finally:
+            envs.close()
+
+
 def test_a_cpu_quota_limits_the_default_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     # A container limited to one CPU's worth of time (docker --cpus=1) still sees every CPU of
     # the host in its affinity: the defaults must follow the quota, with nobody spinning.

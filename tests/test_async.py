@@ -14,6 +14,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from subvec import EnvError, RecvTimeoutError, SubprocVectorEnv, WorkerDiedError
+from subvec._inproc import InProcessVectorEnv
 from tests.envs import CrashEnv, ZooEnv, make_zoo
 from tests.helpers import assert_same
 
@@ -173,6 +174,23 @@ def test_surplus_envs_are_held_and_returned_first() -> None:
         assert sorted(returned) == [0, 1, 2, 3]  # every step comes back, none twice
         with pytest.raises(NoAsyncCallError):
             envs.recv()
+    finally:
+        envs.close()
+
+
+def test_results_ready_together_go_in_the_order_their_envs_were_sent() -> None:
+    # In-process, a unit answers when it is collected: the order is the rule's alone. Env 3
+    # is stepped first; envs 2 then 0 are queued behind it and answer together, in one
+    # command; env 2 was sent first, so it is returned first (not env 0, the lower index).
+    envs = InProcessVectorEnv([make_zoo("box_f32")] * 4, batch_size=2)
+    try:
+        envs.async_reset(seed=SEED)
+        assert envs.recv(min_envs=4)[4]["env_id"].tolist() == [0, 1, 2, 3]
+        for env in (3, 2, 0):
+            envs.send(np.zeros(1, dtype=np.int64), [env])
+        assert envs.recv(min_envs=1, max_envs=1)[4]["env_id"].tolist() == [3]
+        assert envs.in_flight_env_ids == [0, 2]
+        assert envs.recv(min_envs=2, max_envs=2)[4]["env_id"].tolist() == [2, 0]
     finally:
         envs.close()
 

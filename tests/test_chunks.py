@@ -25,7 +25,7 @@ from tests.vectorisers import check_built_as_asked, make_vector_env
 pytestmark = pytest.mark.timeout(60)
 
 MODES = list(AutoresetMode)
-LAYOUTS = ["workers", "single_worker", "parent_envs", "pipes"]
+LAYOUTS = ["workers", "single_worker", "parent_envs", "pipes", "in_process"]
 OBS = spaces.Box(0, 9, shape=(2, 3), dtype=np.float32)
 BOX_ACT = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
 

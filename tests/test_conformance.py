@@ -1,18 +1,20 @@
-"""Conformance: SubprocVectorEnv against gymnasium's SyncVectorEnv, the oracle.
+"""Conformance: every backend against gymnasium's SyncVectorEnv, the oracle.
 
 Same seeds must give byte-identical observations, rewards, terminations, truncations and infos
-for every autoreset mode, info format, worker layout, start method and observation space.
+for every autoreset mode, info format, worker layout, start method, backend and observation
+space.
 
 ``test_matches_sync`` is the axis: every vectoriser (tests/vectorisers.py) x every space of the
 zoo x every autoreset mode with each info format it allows. The default run takes a subset
-that still has each vectoriser in every mode and each space in every mode; the rest of the
-product is marked slow (``python -m pytest -m slow``; ``-m "slow or not slow"`` runs it all).
+(``default_cases``): each vectoriser in every mode and format, each space in every mode; the
+rest of the product is marked slow (``python -m pytest -m slow``; ``-m "slow or not slow"``
+runs it all). The Ray entry's cases are the same product, run by tests/test_ray.py.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import gymnasium as gym
@@ -33,7 +35,7 @@ from tests.envs import (
     space_zoo,
 )
 from tests.helpers import assert_same
-from tests.vectorisers import SLOW_TO_START, VECTORISERS
+from tests.vectorisers import NEEDS_RAY, PROCESS, SLOW_TO_START, VECTORISERS
 
 MODES = list(AutoresetMode)
 STEPS = 40
@@ -172,16 +174,34 @@ def _flavour_id(flavour: tuple[AutoresetMode, str]) -> str:
     return mode.value if info_format == "gymnasium" else f"{mode.value}+{info_format}"
 
 
-def _default_cases() -> list[tuple[str, str, tuple[AutoresetMode, str]]]:
+Case = tuple[str, str, tuple[AutoresetMode, str]]
+
+#: Ray's default cases: every mode and format, on the spaces that take their own way through
+#: an actor (the rest of the product is slow: each case starts two actors).
+RAY_DEFAULT: list[Case] = [
+    ("ray", "box_f32", (AutoresetMode.NEXT_STEP, "gymnasium")),
+    ("ray", "box_f32", (AutoresetMode.SAME_STEP, "gymnasium")),
+    ("ray", "dict_nest", (AutoresetMode.NEXT_STEP, "list")),
+    ("ray", "tuple_nest", (AutoresetMode.SAME_STEP, "legacy")),
+    # observations by value, and masked resets that leave a whole actor alone
+    ("ray", "text", (AutoresetMode.DISABLED, "list")),
+    # split in each actor's vector env (cameras in its block), by value to the driver
+    ("ray", "cameras_text", (AutoresetMode.SAME_STEP, "gymnasium")),
+]
+
+
+def _default_cases() -> list[Case]:
     """The subset of the product that the default run takes (the rest is marked slow).
 
-    Every space with every mode, the vectorisers taking turns over the spaces (each then runs
-    every mode on several spaces); each vectoriser's first lap over the spaces takes a mode's
-    rarest format (legacy, or list), the second lap alternates gymnasium's own and list. The
-    vectorisers that are slow to start get one case per mode, in turn with each format. The
-    camera-and-instruction nest runs under every other vectoriser.
+    The process backend: every space with every mode, its vectorisers taking turns over the
+    spaces (each then runs every mode on several spaces); each vectoriser's first lap over the
+    spaces takes a mode's rarest format (legacy, or list), the second lap alternates
+    gymnasium's own and list. The vectorisers that are slow to start get one case per mode, in
+    turn with each format. The camera-and-instruction nest runs under every other vectoriser.
+    In-process: every space in every mode, the formats taking turns (milliseconds a case).
+    Ray: :data:`RAY_DEFAULT`.
     """
-    cheap = [name for name in VECTORISERS if name not in SLOW_TO_START]
+    cheap = [name for name in PROCESS if name not in SLOW_TO_START]
     cases = []
     for j, mode in enumerate(MODES):
         others = [f for f in FORMATS[mode] if f != "gymnasium"]
@@ -206,23 +226,34 @@ def _default_cases() -> list[tuple[str, str, tuple[AutoresetMode, str]]]:
         case = ("workers", "box_f32", (AutoresetMode.SAME_STEP, info_format))
         if case not in cases:
             cases.append(case)
-    return cases
+    for mode in MODES:
+        for k, space in enumerate(SPACES):
+            formats = FORMATS[mode]
+            cases.append(("in_process", space, (mode, formats[k % len(formats)])))
+    return cases + RAY_DEFAULT
 
 
-def _all_cases() -> list[tuple[str, str, tuple[AutoresetMode, str]]]:
+def _all_cases() -> list[Case]:
     flavours = [(mode, info_format) for mode in MODES for info_format in FORMATS[mode]]
     return [(v, s, f) for v in VECTORISERS for s in SPACES for f in flavours]
 
 
-def _marks(case: tuple[str, str, tuple[AutoresetMode, str]]) -> list[pytest.MarkDecorator]:
+def _marks(case: Case) -> list[pytest.MarkDecorator]:
     return [] if case in DEFAULT_CASES else [pytest.mark.slow]
 
 
+def axis_params(names: Collection[str]) -> list[Any]:
+    """The axis' cases of the vectorisers ``names``, as parameters of ``(vectoriser,
+    space_name, flavour)``; those outside the default run are marked slow."""
+    return [
+        pytest.param(*case, id=f"{case[0]}-{case[1]}-{_flavour_id(case[2])}", marks=_marks(case))
+        for case in _all_cases()
+        if case[0] in names
+    ]
+
+
 DEFAULT_CASES = _default_cases()
-CASES = [
-    pytest.param(*case, id=f"{case[0]}-{case[1]}-{_flavour_id(case[2])}", marks=_marks(case))
-    for case in _all_cases()
-]
+CASES = axis_params(set(VECTORISERS) - NEEDS_RAY)
 
 
 def _zoo_fns(space_name: str, num_envs: int = 5) -> list[Any]:
@@ -243,7 +274,7 @@ def test_matches_sync(
 def test_default_cases_cover_every_vectoriser_space_and_mode() -> None:
     every = set(_all_cases())
     assert set(DEFAULT_CASES) <= every and len(set(DEFAULT_CASES)) == len(DEFAULT_CASES)
-    assert len(CASES) == len(every)
+    assert len(CASES) + len(axis_params(NEEDS_RAY)) == len(every)
     by_vectoriser: dict[str, list[tuple[str, AutoresetMode, str]]] = {v: [] for v in VECTORISERS}
     for name, space, (mode, info_format) in DEFAULT_CASES:
         by_vectoriser[name].append((space, mode, info_format))
@@ -253,6 +284,9 @@ def test_default_cases_cover_every_vectoriser_space_and_mode() -> None:
         assert {f for _, _, f in cases} == {"gymnasium", "list", "legacy"}, name
     for name in SLOW_TO_START:
         assert len(by_vectoriser[name]) == len(MODES), name
+    # in-process: the whole contract's every space in every mode, by default
+    in_process = {(space, mode) for space, mode, _ in by_vectoriser["in_process"]}
+    assert in_process == {(space, mode) for space in SPACES for mode in MODES}
     covered = {(space, mode) for _, space, (mode, _) in DEFAULT_CASES}
     assert covered == {(space, mode) for space in SPACES for mode in MODES}
     flavours = {flavour for _, _, flavour in DEFAULT_CASES}

@@ -6,6 +6,7 @@ fixture in conftest.py checks that no child process and no shared-memory segment
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -23,7 +24,6 @@ import pytest
 from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
-import subvec
 from subvec import (
     BrokenVectorEnvError,
     EnvError,
@@ -32,6 +32,7 @@ from subvec import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from subvec._inproc import InProcessVectorEnv
 from subvec._protocol import CallPayload, Command, Status
 from subvec._shm import SEGMENT_PREFIX, list_segments, remove_stale_segments
 from subvec.errors import RemoteTraceback
@@ -45,6 +46,13 @@ from tests.envs import (
     checked,
     crash_fns,
     make_zoo,
+)
+from tests.failure_checks import (
+    check_env_error_in_reset_and_call,
+    check_env_error_in_step,
+    check_factory_error,
+    check_lost_unit_is_restarted,
+    check_lost_unit_raises_and_reset_rebuilds_it,
 )
 from tests.helpers import assert_same, gone, wait_until
 
@@ -73,62 +81,40 @@ def worker_pids(envs: SubprocVectorEnv) -> list[int]:
 # --- 1. an env raises -------------------------------------------------------------------------
 
 
+#: the failure checks' binding (tests/failure_checks.py): four envs on two workers
+two_workers = functools.partial(SubprocVectorEnv, num_workers=2)
+
+
+def worker_of(envs: SubprocVectorEnv, env: int) -> int:
+    """The pid of the worker that runs ``env``."""
+    return next(r.pid for r, envs_of in zip(envs.placement, envs.worker_envs) if env in envs_of)
+
+
+def parent(envs: Any, env: int) -> int:
+    return os.getpid()
+
+
 @pytest.mark.timeout(60)
-def test_env_error_in_step_keeps_type_index_pid_and_traceback() -> None:
+@pytest.mark.parametrize(
+    ("make", "env_pid"),
+    [(two_workers, worker_of), (InProcessVectorEnv, parent)],
+    ids=["workers", "in_process"],
+)
+def test_env_error_in_step_keeps_type_index_pid_and_traceback(make: Any, env_pid: Any) -> None:
     # Env 3 is worker 1's second env: the report names the env that raised, not its worker's first.
-    envs = SubprocVectorEnv(crash_fns(4, 3, "raise"), num_workers=2)
-    try:
-        envs.reset(seed=0)
-        with pytest.raises(KeyError) as info:
-            envs.step(envs.action_space.sample())
-        err = info.value
-        assert isinstance(err, EnvError) and isinstance(err, subvec.SubvecError)
-        assert err.env_index == 3
-        assert err.worker_pid == worker_pids(envs)[1]
-        assert err.command == "step"
-        assert "env 3" in str(err) and f"pid {err.worker_pid}" in str(err) and "boom" in str(err)
-        assert isinstance(err.__cause__, RemoteTraceback)
-        assert "_misbehave" in err.__cause__.text and "KeyError" in err.__cause__.text
-        # The vector env stays usable: reset and step again.
-        envs.reset(seed=1)
-        envs.step(envs.action_space.sample())
-    finally:
-        envs.close()
+    check_env_error_in_step(make, env_pid)
 
 
 @pytest.mark.timeout(60)
-def test_env_error_in_reset_and_call_and_one_report_for_many() -> None:
-    envs = SubprocVectorEnv(crash_fns(4, 1, "raise_on_reset"), num_workers=2)
-    try:
-        with pytest.raises(ValueError, match="bad reset option") as info:
-            envs.reset(options={"explode": True})
-        assert isinstance(info.value, EnvError) and info.value.env_index == 1
-        assert info.value.command == "reset"
-        # Each worker stops at its first failing env: one exception (lowest env index), the
-        # other worker's in a note.
-        with pytest.raises(AttributeError) as info2:
-            envs.call("no_such_method")
-        assert info2.value.env_index == 0
-        if sys.version_info >= (3, 11):
-            assert any(
-                "1 more env(s)" in note and "env 2" in note for note in info2.value.__notes__
-            )
-        assert envs.reset(seed=0)[0].shape == (4, 3)
-    finally:
-        envs.close()
+@pytest.mark.parametrize("make", [two_workers, InProcessVectorEnv], ids=["workers", "in_process"])
+def test_env_error_in_reset_and_call_and_one_report_for_many(make: Any) -> None:
+    check_env_error_in_reset_and_call(make, one_unit=make is InProcessVectorEnv)
 
 
 @pytest.mark.timeout(60)
-def test_factory_error_names_env_and_leaves_nothing_running() -> None:
-    def broken() -> Any:
-        raise OSError(28, "no space left for the simulator")
-
-    fns: list[Any] = [make_zoo("box_f32")] * 3 + [broken]
-    with pytest.raises(OSError) as info:
-        SubprocVectorEnv(fns, num_workers=2)
-    assert isinstance(info.value, EnvError) and info.value.env_index == 3
-    assert info.value.errno == 28
-    assert info.value.command == "make"
+@pytest.mark.parametrize("make", [two_workers, InProcessVectorEnv], ids=["workers", "in_process"])
+def test_factory_error_names_env_and_leaves_nothing_running(make: Any) -> None:
+    check_factory_error(make)
 
 
 @pytest.mark.timeout(30)
@@ -185,19 +171,27 @@ def test_worker_death_mid_step_is_seen_at_once_while_others_are_busy(
         assert time.monotonic() - start < 10
 
 
+def kill_worker(envs: SubprocVectorEnv, worker: int) -> None:
+    pid = worker_pids(envs)[worker]
+    os.kill(pid, signal.SIGKILL)
+    # Forked workers are our own children: once `gone`, the parent can tell they are dead (a
+    # forkserver reports the exit a moment after the process is reaped).
+    assert wait_until(lambda: gone(pid), 5)
+
+
+#: forked, so that a worker killed here is seen dead as soon as it is gone
+forked_workers = functools.partial(SubprocVectorEnv, num_workers=2, context="fork")
+
+
 @pytest.mark.timeout(60)
-def test_worker_killed_while_idle_is_reported_on_next_call() -> None:
-    envs = SubprocVectorEnv(crash_fns(4, 9, ""), num_workers=2)
-    try:
-        envs.reset(seed=0)
-        victim = worker_pids(envs)[0]
-        os.kill(victim, signal.SIGKILL)
-        assert wait_until(lambda: gone(victim), 5)
-        with pytest.raises(WorkerDiedError, match=r"SIGKILL\(-9\)") as info:
-            envs.step(envs.action_space.sample())
-        assert info.value.env_indices == (0, 1)
-    finally:
-        envs.close()
+def test_worker_killed_while_idle_is_reported_on_next_call_and_reset_rebuilds_it() -> None:
+    err = check_lost_unit_raises_and_reset_rebuilds_it(forked_workers, kill_worker, worker_pids)
+    assert "SIGKILL(-9)" in str(err)
+
+
+@pytest.mark.timeout(60)
+def test_worker_killed_while_idle_is_restarted_by_the_next_step() -> None:
+    check_lost_unit_is_restarted(forked_workers, kill_worker, worker_pids)
 
 
 def endless() -> gym.Env[Any, Any]:
@@ -205,41 +199,27 @@ def endless() -> gym.Env[Any, Any]:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("masked", [False, True], ids=["all", "masked"])
-def test_reset_rebuilds_a_broken_vector_env(masked: bool) -> None:
-    # Workers 1 and 2 die together: the step sees one death, reset() rebuilds both, and the
-    # vector env then gives what a fresh one gives. A masked reset resets the rebuilt envs too
-    # (they have no state to keep), and only the asked ones of the living worker. Forked
-    # workers are our own children: once `gone`, the parent can tell they are dead (a
-    # forkserver reports the exit a moment after the process is reaped).
+def test_reset_rebuilds_a_broken_vector_env_with_a_masked_reset() -> None:
+    # Workers 1 and 2 die together: the step sees one death, reset() rebuilds both. A masked
+    # reset resets the rebuilt envs too (they have no state to keep), and only the asked ones
+    # of the living worker.
     envs = SubprocVectorEnv([endless] * 6, num_workers=3, context="fork")
-    reference = gym.vector.SyncVectorEnv([endless] * 6)
     try:
         envs.reset(seed=0)
         actions = np.zeros(6, dtype=np.int64)
         envs.step(actions)
         old = worker_pids(envs)
-        for pid in old[1:]:
-            os.kill(pid, signal.SIGKILL)
-        assert wait_until(lambda: all(gone(pid) for pid in old[1:]), 5)
+        for worker in (1, 2):
+            kill_worker(envs, worker)
         with pytest.raises(WorkerDiedError, match=r"reset\(\) rebuilds the failed workers"):
             envs.step(actions)
         with pytest.raises(BrokenVectorEnvError, match=r"died.*reset\(\) rebuilds"):
             envs.get_attr("t")
-        with pytest.raises(BrokenVectorEnvError):
-            envs.step(actions)
-        if masked:
-            mask = np.array([True, False, False, False, False, False])
-            _, infos = envs.reset(seed=7, options={"reset_mask": mask})
-            assert list(infos["_reset_count"]) == [True, False, True, True, True, True]
-            # env 1 kept its state: two steps (worker 0 took the step that met the deaths)
-            assert envs.get_attr("t") == (0, 2, 0, 0, 0, 0)
-        else:
-            # A full, correct vector env again: the same results as a fresh one's.
-            got = envs.reset(seed=7)
-            assert_same(got, reference.reset(seed=7), "the reset that rebuilt")
-            for k in range(3):
-                assert_same(envs.step(actions), reference.step(actions), f"step {k}")
+        mask = np.array([True, False, False, False, False, False])
+        _, infos = envs.reset(seed=7, options={"reset_mask": mask})
+        assert list(infos["_reset_count"]) == [True, False, True, True, True, True]
+        # env 1 kept its state: two steps (worker 0 took the step that met the deaths)
+        assert envs.get_attr("t") == (0, 2, 0, 0, 0, 0)
         assert envs.restarts == []  # not restarts: max_restarts is untouched
         assert [r.worker for r in envs.rebuilds] == [1, 2]
         assert [r.env_indices for r in envs.rebuilds] == [(2, 3), (4, 5)]
@@ -248,7 +228,6 @@ def test_reset_rebuilds_a_broken_vector_env(masked: bool) -> None:
         assert new[0] == old[0] and new[1] != old[1] and new[2] != old[2]
     finally:
         envs.close()
-        reference.close()
 
 
 # --- 3. a worker hangs ------------------------------------------------------------------------

@@ -38,13 +38,28 @@ from ray.util.placement_group import (  # noqa: E402
 from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
 from subvec._commands import Command  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
-from tests.envs import OptionsEnv, StepClockEnv, ZooEnv, crash_fns, make_zoo  # noqa: E402
+from tests.envs import (  # noqa: E402
+    OptionsEnv,
+    StartMethodEnv,
+    StepClockEnv,
+    ZooEnv,
+    crash_fns,
+    make_zoo,
+)
+from tests.failure_checks import (  # noqa: E402
+    check_env_error_in_reset_and_call,
+    check_env_error_in_step,
+    check_factory_error,
+    check_lost_unit_is_restarted,
+    check_lost_unit_raises_and_reset_rebuilds_it,
+)
 from tests.helpers import assert_same  # noqa: E402
 from tests.test_async import _expected, check_trajectories  # noqa: E402
 from tests.test_chunks import BOX_ACT  # noqa: E402
 from tests.test_chunks import run_against_oracle as run_chunks_against_oracle  # noqa: E402
-from tests.test_conformance import _zoo_fns, run_side_by_side  # noqa: E402
+from tests.test_conformance import _zoo_fns, axis_params, run_side_by_side  # noqa: E402
 from tests.test_gym_fidelity import _most_at_once  # noqa: E402
+from tests.vectorisers import NEEDS_RAY  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]
 
@@ -119,21 +134,13 @@ RayEnvs = functools.partial(RayVectorEnv, num_actors=2, local_workers=1, start_t
 
 
 @pytest.mark.parametrize(
-    ("space_name", "mode", "info_format"),
-    [
-        ("box_f32", AutoresetMode.NEXT_STEP, "gymnasium"),
-        ("box_f32", AutoresetMode.SAME_STEP, "gymnasium"),
-        ("dict_nest", AutoresetMode.NEXT_STEP, "list"),
-        ("tuple_nest", AutoresetMode.SAME_STEP, "legacy"),
-        # observations by value, and masked resets that leave a whole actor alone
-        ("text", AutoresetMode.DISABLED, "list"),
-        # split in each actor's vector env (cameras in its block), by value to the driver
-        ("cameras_text", AutoresetMode.SAME_STEP, "gymnasium"),
-    ],
-    ids=lambda v: getattr(v, "value", v),
+    ("vectoriser", "space_name", "flavour"), axis_params(NEEDS_RAY), indirect=["vectoriser"]
 )
-def test_matches_sync(space_name: str, mode: AutoresetMode, info_format: str) -> None:
-    run_side_by_side(_zoo_fns(space_name), mode, make=RayEnvs, info_format=info_format)
+def test_matches_sync(vectoriser: Any, space_name: str, flavour: tuple[AutoresetMode, str]) -> None:
+    # the conformance axis' Ray entry (tests/vectorisers.py): a few cases by default, the
+    # whole product under -m slow
+    mode, info_format = flavour
+    run_side_by_side(_zoo_fns(space_name), mode, make=vectoriser, info_format=info_format)
 
 
 def test_cartpole_matches_sync_with_one_actor_per_env() -> None:
@@ -181,16 +188,20 @@ def test_env_ids_and_reset_options_reach_the_envs_of_each_actor() -> None:
         assert envs.reset_options == (None, {"level": 5}, {"level": 5}, None)
 
 
-def test_env_error_names_the_env_over_the_whole_vector_env() -> None:
-    fns = crash_fns(4, crash_at=3, how="raise")
-    with RayEnvs(fns) as envs:
-        envs.reset(seed=0)
-        with pytest.raises(KeyError) as info:
-            envs.step(np.zeros(4, dtype=np.int64))
-        assert isinstance(info.value, EnvError)
-        assert info.value.env_index == 3 and "env 3" in str(info.value)
-        # an env's error leaves the vector env usable
-        envs.step(np.zeros(4, dtype=np.int64))
+def worker_of(envs: RayVectorEnv, env: int) -> int:
+    """The pid of the worker process (inside its actor) that runs ``env``."""
+    record = next(r for r in envs.placement if env in r.env_indices)
+    (pid,) = record.worker_pids  # one local worker per actor
+    assert pid is not None
+    return pid
+
+
+def test_env_error_in_step_names_the_env_over_the_whole_vector_env() -> None:
+    check_env_error_in_step(RayEnvs, worker_of)
+
+
+def test_env_error_in_reset_and_call_and_one_report_for_many() -> None:
+    check_env_error_in_reset_and_call(RayEnvs)
 
 
 def test_placement_records_and_actor_handles() -> None:
@@ -290,34 +301,30 @@ def test_max_concurrency_is_split_over_the_actors() -> None:
 # --- failures ------------------------------------------------------------------------------
 
 
-def test_killed_actor_raises_naming_its_envs_and_node() -> None:
-    with RayEnvs([make_zoo("box_f32")] * 4, on_worker_failure="raise") as envs:
-        envs.reset(seed=0)
-        victim = envs.placement[1]
-        ray.kill(envs.actors[1])
-        with pytest.raises(WorkerDiedError) as info:
-            envs.step(np.zeros(4, dtype=np.int64))
-        assert info.value.env_indices == (2, 3)
-        assert victim.node_id[:12] in str(info.value) and "envs 2..3" in str(info.value)
-        # broken: reset() rebuilds the dead actor (a fresh process) and resets every env
-        envs.reset(seed=0)
-        assert envs.placement[1].pid != victim.pid and len(envs.rebuilds) == 1
-        envs.step(np.zeros(4, dtype=np.int64))
+def kill_actor(envs: RayVectorEnv, actor: int) -> None:
+    pid = envs.placement[actor].pid
+    ray.kill(envs.actors[actor])
+    assert pid is not None and not gone([pid])
+
+
+def actor_pids(envs: RayVectorEnv) -> list[int | None]:
+    return [r.pid for r in envs.placement]
+
+
+def test_killed_actor_raises_naming_its_envs_and_node_and_reset_rebuilds_it() -> None:
+    nodes: list[str] = []
+
+    def make(fns: Any, **kwargs: Any) -> RayVectorEnv:
+        envs = RayEnvs(fns, **kwargs)
+        nodes.append(envs.placement[1].node_id)
+        return envs
+
+    err = check_lost_unit_raises_and_reset_rebuilds_it(make, kill_actor, actor_pids)
+    assert nodes[0][:12] in str(err) and "envs 2..3" in str(err)
 
 
 def test_killed_actor_is_restarted_and_its_envs_come_back_truncated() -> None:
-    with RayEnvs([make_zoo("box_f32")] * 4, on_worker_failure="restart") as envs:
-        envs.reset(seed=0)
-        old = envs.placement[0].pid
-        ray.kill(envs.actors[0])
-        _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
-        assert list(truncated[:2]) == [True, True] and not terminated[:2].any()
-        assert list(rewards[:2]) == [0.0, 0.0]
-        assert list(infos["_worker_restarted"]) == [True, True, False, False]
-        assert len(envs.restarts) == 1 and envs.restarts[0].env_indices == (0, 1)
-        assert envs.placement[0].pid != old
-        _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
-        assert "worker_restarted" not in infos
+    check_lost_unit_is_restarted(RayEnvs, kill_actor, actor_pids)
 
 
 def test_hung_actor_is_replaced_under_restart() -> None:
@@ -383,12 +390,7 @@ def test_placement_that_cannot_be_met_now_fails_within_its_timeout() -> None:
 
 
 def test_factory_error_is_raised_with_its_env_index_and_nothing_is_left() -> None:
-    def broken() -> gym.Env[Any, Any]:
-        raise ValueError("no such level")
-
-    with pytest.raises(ValueError, match="no such level") as info:
-        RayEnvs([make_zoo("box_f32")] * 3 + [broken])
-    assert isinstance(info.value, EnvError) and info.value.env_index == 3
+    check_factory_error(RayEnvs)
 
 
 def test_close_leaves_no_actor_process_or_group_and_keeps_the_callers_ray() -> None:
@@ -554,6 +556,26 @@ def test_worker_env_and_build_retries_reach_the_workers_inside_the_actors(tmp_pa
 
 def _tag_worker(placement: Any) -> dict[str, str]:
     return {"SIM_TAG": f"local worker {placement.worker}"}
+
+
+@pytest.mark.parametrize(("start_method", "forked"), [(None, False), ("fork", True)])
+def test_sb3_start_method_starts_the_workers_inside_the_actors(
+    start_method: str | None, forked: bool
+) -> None:
+    pytest.importorskip("stable_baselines3")
+    from subvec.sb3 import SubprocVecEnv
+
+    vec = SubprocVecEnv([StartMethodEnv] * 2, start_method=start_method, backend="ray")
+    try:
+        assert vec.get_attr("inherited_ray") == [forked, forked]
+    finally:
+        vec.close()
+
+
+def test_an_unknown_start_method_is_refused_before_anything_starts() -> None:
+    # multiprocessing's own error, as SB3's SubprocVecEnv raises it
+    with pytest.raises(ValueError, match="cannot find context for 'illegal_method'"):
+        RayVectorEnv([make_zoo("box_f32")] * 2, context="illegal_method")
 
 
 # --- action chunks ------------------------------------------------------------------------

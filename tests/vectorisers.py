@@ -2,9 +2,15 @@
 
 Each entry of :data:`VECTORISERS` is either the constructor kwargs of SubprocVectorEnv (a
 worker layout, a start method, a transport, a spin setting) or a factory callable
-``(env_fns, **kwargs) -> VectorEnv``, so that another backend (a Ray one, say) joins the whole
-conformance suite by adding one entry. The kwargs a test passes (``autoreset_mode``,
-``info_format``) go to the factory on top of the entry's own.
+``(env_fns, **kwargs) -> VectorEnv`` for another backend: ``in_process``, the front over the
+parent's own envs and nothing else (no process, no pipe, no shared segment: the contract
+alone, a few milliseconds a step), and ``ray``, RayVectorEnv on two actors. The kwargs a test
+passes (``autoreset_mode``, ``info_format``) go to the factory on top of the entry's own.
+
+tests/test_conformance.py runs every entry but those of :data:`NEEDS_RAY`; those run in
+tests/test_ray.py, on the Ray that module starts (127.0.0.1) and checks for leftovers, and
+only where ray is installed. Which cases of the product each entry runs by default (the rest
+under ``-m slow``) is decided in tests/test_conformance.py (``default_cases``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 from gymnasium.vector import VectorEnv
 
 from subvec import SubprocVectorEnv
+from subvec._inproc import InProcessVectorEnv
 
 VectorFactory = Callable[..., VectorEnv[Any, Any, Any]]
 
@@ -33,7 +40,24 @@ VECTORISERS: dict[str, Mapping[str, Any] | VectorFactory] = {
     "forkserver": {"num_workers": 2, "context": "forkserver"},
     "spinning": {"num_workers": 2, "spin_us": 200},
     "no_spin": {"num_workers": 2, "spin_us": 0},
+    # every env in this process: the front's contract without any transport
+    "in_process": InProcessVectorEnv,
+    "ray": lambda env_fns, **kwargs: _ray_vector_env(env_fns, **kwargs),
 }
+
+
+def _ray_vector_env(
+    env_fns: Sequence[Callable[[], Any]], **kwargs: Any
+) -> VectorEnv[Any, Any, Any]:
+    from subvec.ray import RayVectorEnv  # ray is optional: imported where a case runs on it
+
+    return RayVectorEnv(env_fns, num_actors=2, local_workers=1, start_timeout=30, **kwargs)
+
+
+#: Entries that run on Ray (tests/test_ray.py runs them, on its module's local Ray).
+NEEDS_RAY = frozenset({"ray"})
+#: The process backend's entries: SubprocVectorEnv's kwargs.
+PROCESS = tuple(name for name, entry in VECTORISERS.items() if not callable(entry))
 
 #: Vectorisers that take seconds to start (a fresh interpreter per worker): few default cases.
 SLOW_TO_START = frozenset({"spawn"})
