@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CallPayload",
+    "ChunkBlockSpec",
     "Command",
     "ErrorRecord",
     "ResetOptionsPayload",
@@ -117,16 +118,41 @@ class ResetOptionsPayload(NamedTuple):
     options: Sequence[dict[str, Any] | None]
 
 
+class ChunkBlockSpec(NamedTuple):
+    """The chunk block (``_chunks``): its segment's name (None where a backend keeps the
+    chunk's arrays itself: Ray), for ``num_envs`` envs and chunks of up to ``capacity``
+    sub-steps, with or without observation rows. A unit derives the layout from these and
+    its spaces (``_chunks.plan_chunk_block``)."""
+
+    name: str | None
+    num_envs: int
+    capacity: int
+    obs_rows: bool
+
+
 class StepEnvsPayload(NamedTuple):
     """STEP_ENVS: step only these envs (local indices, ascending) with these actions, by
     value, or (None) with the actions in their rows of the block, in the space's dtypes. The
     reply is ``(infos, observations, errors)``: an env that raises is reported in ``errors``
-    as ``(local env, ErrorRecord)`` and the others still step."""
+    as ``(local env, ErrorRecord)`` and the others still step.
+
+    With ``substeps`` K > 1 it is an action chunk (``step_chunk``; ``_chunks.run_chunk``):
+    each env runs K sub-steps before the unit answers, the actions and per-sub-step results
+    in the chunk block ``block`` (actions by value: the unit's rows of each action leaf,
+    ``(envs, K, *shape)``). The reply is then a :class:`UnitReply` with chunk events
+    ``(local env, sub-step, info)``, or an error: an env's error ends the chunk, as it ends
+    a step."""
 
     envs: Sequence[int]
     actions: Sequence[Any] | None
     #: sub-steps each env runs before the unit answers (``step()`` and ``send()``: 1)
     substeps: int = 1
+    #: a chunk's: stop an env after the sub-step its episode ended in
+    stop_on_done: bool = False
+    #: a chunk's: report every sub-step's observation
+    all_obs: bool = False
+    #: a chunk's block (None: Ray, whose actors answer with their arrays)
+    block: ChunkBlockSpec | None = None
 
 
 class StepPayload(NamedTuple):
@@ -319,3 +345,10 @@ class UnitReply(NamedTuple):
     infos: Any
     obs: Sequence[tuple[int, Any]] | None
     errors: Sequence[tuple[int, ErrorRecord]] | None = None
+    #: an action chunk's (``substeps`` > 1): with ``all_obs`` and no observation rows in the
+    #: blocks, each env's observations after its executed sub-steps ``[(local env, [obs,
+    #: ...])]``; and, from a unit that keeps no block rows (Ray), its arrays ``(rewards,
+    #: terminations, truncations, steps, observations)`` (observations ``(envs, K, ...)``
+    #: with ``all_obs``, else ``(envs, ...)``, None when they travel by value)
+    sub_obs: Sequence[tuple[int, list[Any]]] | None = None
+    arrays: tuple[Any, ...] | None = None

@@ -44,6 +44,7 @@ from subvec._async import AsyncStepping
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
 from subvec._block import BatchViews
 from subvec._calls import EnvCalls, EnvIds
+from subvec._chunk_front import ChunkStepping
 from subvec._commands import (
     Command,
     ResetOptionsPayload,
@@ -211,7 +212,9 @@ def _view_nest(obs: Any) -> Any:
     return tuple(_view_nest(v) for v in obs)
 
 
-class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
+class VectorFront(
+    ChunkStepping, AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, np.ndarray]
+):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) are in ``_async``."""
 
@@ -1019,8 +1022,11 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
         self._send_step(None, BY_VALUE, list(per_env))
         self._state = _State.WAITING_STEP
 
-    def _begin_step(self) -> None:
-        self._begin(_State.WAITING_STEP)
+    def _begin_chunk(self) -> None:
+        self._begin_step(_State.WAITING_CHUNK)
+
+    def _begin_step(self, state: _State = _State.WAITING_STEP) -> None:
+        self._begin(state)
         if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset.any():
             ended = np.flatnonzero(self._needs_reset).tolist()
             raise ValueError(
@@ -1056,6 +1062,14 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
 
         elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
             payload = StepPayload(None, stored)
+        self._prepare_step()
+        if self._recycling is not None:
+            self._recycle_before_step()  # their resets write into the slot just picked
+        self._send(Command.STEP, payload, per_unit=per_unit)
+
+    def _prepare_step(self) -> None:
+        """Before a step's (or a chunk's) command goes out, once nothing was refused: the
+        restart bookkeeping, and the observation slot it writes."""
         if self._any_restarted:
             self._restarted[:] = False
             self._any_restarted = False
@@ -1072,9 +1086,6 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
                 self._fresh_obs_slot([self._units.unit(i) for i in self._answered])
             else:
                 self._pick_obs_slot()
-        if self._recycling is not None:
-            self._recycle_before_step()  # their resets write into the slot just picked
-        self._send(Command.STEP, payload, per_unit=per_unit)
 
     def step_wait(
         self, timeout: float | None = None
@@ -1350,6 +1361,7 @@ class VectorFront(AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
             "_final_obs_rows",
             "_info_block",
             "_obs_slots",
+            "_chunk_views",
         ):
             self.__dict__.pop(name, None)
         if getattr(self, "_obs_shared", False) or getattr(self, "_obs_split", None) is not None:

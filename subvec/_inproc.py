@@ -21,6 +21,7 @@ from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._block import BatchViews, plan_block
+from subvec._chunks import ChunkViews
 from subvec._front import Hello, ObservationMode, VectorFront
 from subvec._local import LocalShare
 from subvec._shm import layout_views
@@ -98,6 +99,20 @@ class InProcessVectorEnv(VectorFront):
 
     def _released(self) -> None:
         self._local = None
+
+    # --- action chunks: the chunk block in this process's memory, handed to the envs' unit
+
+    def _chunk_act_rows(self) -> bool:
+        return True
+
+    def _chunk_obs_rows(self) -> bool:
+        return self._obs_shared
+
+    def _chunk_room(self, chunk: int, all_obs: bool) -> ChunkViews:
+        views = super()._chunk_room(chunk, all_obs)
+        if self._local is not None:
+            self._local.adopt_chunks(views)
+        return views
 
     def __repr__(self) -> str:
         spec = f"{self.spec.id}, " if self.spec is not None else ""

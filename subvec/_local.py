@@ -18,9 +18,16 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import PLAIN, Collected, Outcome, Unit
 from subvec._block import bind_rows
-from subvec._commands import Command, ErrorRecord, Status, UnitReply, rebuild_remote_error
+from subvec._chunks import ChunkAttachment, ChunkViews, run_chunk
+from subvec._commands import (
+    Command,
+    ErrorRecord,
+    Status,
+    UnitReply,
+    rebuild_remote_error,
+)
 from subvec._protocol import AttachSpec
-from subvec._slab import EnvSlab, SlabResult
+from subvec._slab import ChunkResult, EnvSlab, SlabResult
 
 __all__ = ["LocalShare"]
 
@@ -57,6 +64,10 @@ class LocalShare:
         self.slab = EnvSlab(envs, lo, autoreset_mode)
         self._pending: Callable[[], Any] | None = None
         self._command = Command.STEP
+        #: the chunk block, mapped here as a worker maps it (``_chunks``)
+        self._chunks = ChunkAttachment()
+        #: the single observation and action spaces of what the blocks hold (None: by value)
+        self._spaces: tuple[Any, Any] = (None, None)
 
     # --- the unit --------------------------------------------------------------------------
 
@@ -81,6 +92,12 @@ class LocalShare:
     def bind(self, views: dict[str, Any], spec: AttachSpec) -> None:
         """Give the envs their rows of the block, as a worker's are given."""
         self.slab.bind(bind_rows(views, spec, self.lo, self.hi))
+        self._spaces = (spec.observation_space, spec.action_space)
+
+    def adopt_chunks(self, views: ChunkViews) -> None:
+        """The chunk block's views, when the front keeps them in this process's memory (the
+        in-process vector env): no segment to attach."""
+        self._chunks.adopt(views)
 
     def send(
         self,
@@ -103,6 +120,9 @@ class LocalShare:
             self._pending = lambda: slab.reset(
                 payload.seeds, payload.options, payload.mask, payload.stored
             )
+        elif command is Command.STEP_ENVS and payload.substeps > 1:  # an action chunk
+            views = self._chunks.get(payload.block, *self._spaces)
+            self._pending = lambda: run_chunk(slab, payload, views)
         elif command is Command.STEP_ENVS:
             self._pending = lambda: slab.step_envs(payload.envs, payload.actions)
         elif command is Command.CALL:
@@ -139,6 +159,10 @@ class LocalShare:
         except Exception as exc:
             record = ErrorRecord.capture(exc, self.slab.current_env, self._command.name.lower())
             return Status.ERROR, rebuild_remote_error(record, os.getpid())
+        if isinstance(result, ChunkResult):  # as a worker replies (see _worker)
+            if result.is_empty():
+                return PLAIN
+            return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, None, result.sub_obs)
         if isinstance(result, SlabResult):
             if result.is_empty():
                 return PLAIN
@@ -173,6 +197,7 @@ class LocalShare:
     def close(self, timeout: float, terminate: bool) -> BaseException | None:
         """Close the envs; return the first error an env's close() raised, naming it."""
         self._pending = None
+        self._chunks.close()
         slab = self.slab
         # Unbind its rows of the block: a traceback may keep the slab alive after close.
         slab.arrays = None

@@ -18,7 +18,16 @@ from gymnasium.vector.vector_env import VectorEnv
 
 from subvec._infos import InfoColumns, as_events, merge_columns, merge_scalar_events
 
-__all__ = ["GymnasiumInfos", "InfoMerger", "LegacyInfos", "ListInfos", "Part", "make_merger"]
+__all__ = [
+    "GymnasiumInfos",
+    "InfoMerger",
+    "LegacyInfos",
+    "ListInfos",
+    "Part",
+    "make_merger",
+    "merge_chunk_infos",
+    "with_chunk_axis",
+]
 
 #: (first env index of a unit, what it said beyond the batch arrays: a step's or a reset's
 #: :class:`UnitReply`, a call's results, or None)
@@ -126,6 +135,69 @@ def make_merger(info_format: str, num_envs: int) -> InfoMerger:
     if info_format == "legacy":
         return LegacyInfos(num_envs)
     return GymnasiumInfos(num_envs, _Rows(num_envs)._add_info)  # type: ignore[misc]
+
+
+def merge_chunk_infos(
+    info_format: str,
+    events: Sequence[tuple[int, int, dict[str, Any]]],
+    num_envs: int,
+    chunk: int,
+    steps: np.ndarray,
+) -> Any:
+    """The infos of an action chunk: each sub-step's infos as that ``step()`` would have
+    merged them, with the chunk axis after the env axis.
+
+    gymnasium and legacy: every array (and its ``_key`` mask) gains the chunk axis, shape
+    ``(num_envs, chunk, ...)``: the merge runs over ``num_envs * chunk`` rows, row ``i *
+    chunk + k`` being env i's sub-step k, with the format's own rules (an array's dtype is
+    that of the first value of its key in env-major order), then each array is reshaped.
+    list: one dict per env, ``{"chunk_steps": s, "infos": [one dict per executed
+    sub-step]}``. gymnasium and legacy add ``chunk_steps``, the ``(num_envs,)`` executed
+    counts.
+
+    Args:
+        info_format: "gymnasium", "legacy" or "list".
+        events: ``(env, sub-step, info)``, env-major, sub-steps in order.
+        num_envs: envs in the vector env.
+        chunk: K.
+        steps: the sub-steps each env executed.
+    """
+    if not events and info_format != "list":  # the usual chunk of a cheap env
+        return {"chunk_steps": np.asarray(steps, dtype=np.int64).copy()}
+    if info_format == "list":
+        per_env: list[dict[str, Any]] = [
+            {"chunk_steps": int(s), "infos": [{} for _ in range(int(s))]} for s in steps
+        ]
+        for i, k, info in events:
+            per_env[i]["infos"][k].update(info)
+        return per_env
+    rows = num_envs * chunk
+    infos: dict[str, Any] = {}
+    if info_format == "legacy":
+        flat = [(i * chunk + k, info) for i, k, info in events]
+        for row, info in _legacy_events(flat, 0):
+            infos = _add_info_legacy(infos, info, row, rows)
+    else:
+        add_info = _Rows(rows)._add_info  # type: ignore[misc]
+        for i, k, info in events:
+            try:
+                infos = add_info(infos, info, i * chunk + k)
+            except OverflowError as exc:
+                raise _overflow(infos, info, i, "gymnasium's merge") from exc
+    infos = with_chunk_axis(infos, num_envs, chunk)
+    infos["chunk_steps"] = np.asarray(steps, dtype=np.int64).copy()
+    return infos
+
+
+def with_chunk_axis(infos: dict[str, Any], num_envs: int, chunk: int) -> dict[str, Any]:
+    """``infos`` merged over ``num_envs * chunk`` rows (gymnasium or legacy format) with
+    every array and mask reshaped ``(num_envs, chunk, ...)``."""
+    return {
+        key: with_chunk_axis(value, num_envs, chunk)
+        if isinstance(value, dict)
+        else value.reshape(num_envs, chunk, *value.shape[1:])
+        for key, value in infos.items()
+    }
 
 
 def _legacy_events(

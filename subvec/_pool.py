@@ -89,6 +89,8 @@ class PoolResources:
 
     workers: list[Worker] = field(default_factory=list)
     block: SharedBlock | None = None
+    #: the chunk block (``_chunks``), once a chunk was stepped
+    chunk_block: SharedBlock | None = None
     #: the start tokens (max_concurrent_starts), if any
     gate: StartGate | None = None
     #: the futex protocol's words in the block, if the pool uses it
@@ -123,9 +125,11 @@ def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
     finally:
         for worker in workers:
             _discard(worker)
-        block, resources.block = resources.block, None
-        if block is not None:
-            block.close()
+        for name in ("block", "chunk_block"):
+            block = getattr(resources, name)
+            setattr(resources, name, None)
+            if block is not None:
+                block.close()
         gate, resources.gate = resources.gate, None
         if gate is not None:
             gate.close()
@@ -372,20 +376,23 @@ class WorkerPool:
         *,
         per_unit: Callable[[Any], Any] | None = None,
         units: Sequence[Any] | None = None,
+        encoded: bool = False,
     ) -> None:
         """Send ``command`` to ``units`` (default: every worker), the partner last, with
         ``payload`` or ``per_unit(worker)``, pickled (cloudpickle for calls: their arguments
-        may be lambdas)."""
+        may be lambdas); ``encoded``: ``payload`` is the bytes already."""
         targets = self._send_order() if units is None else self._partner_last(units)
         dump: Callable[[Any], bytes] = proto.dumps
         if command in _CLOUDPICKLED:
             dump = pickling.dumps
         elif command is Command.STEP_ENVS:
             dump = proto.encode_step_envs
-        data = b"" if payload is None else dump(payload)
+        data = payload if encoded else b"" if payload is None else dump(payload)
         self._queued.clear()  # a command gathered no further (interrupted) has no more turns
         first = len(targets)
-        if self.max_active is not None and command in _IN_TURNS:
+        if self.max_active is not None and (
+            command in _IN_TURNS or _is_chunk(command, payload, per_unit, targets)
+        ):
             first = self.max_active
         bell = self.resources.bell
         if bell is not None and first == len(targets):
@@ -609,6 +616,36 @@ class WorkerPool:
             self.send(command)
             return self._decoded(self.gather_all(timeout, what, stop_at_death))
         gathered = quick[0](command, timeout, what, stop_at_death)
+        return None if gathered is None else self._decoded(gathered)
+
+    def exchange_frame(
+        self,
+        command: Command,
+        payload: bytes,
+        timeout: float | None,
+        what: str,
+        stop_at_death: bool = False,
+    ) -> Collected | None:
+        """:meth:`exchange` with the same ``payload`` for every worker (an action chunk's
+        command, its actions in the chunk block): framed in send order, the partner last,
+        then the quick read of the replies."""
+        bell = self.resources.bell
+        workers = self.resources.workers
+        if bell is not None:
+            self._announce(bell, workers, command, payload, None, proto.dumps, framed=True)
+            return self._decoded(self._bell_gather(bell, workers, timeout, what, stop_at_death))
+        quick = self._quick or self._build_quick()
+        if quick is None:
+            self.send(command, payload, per_unit=None, encoded=True)
+            return self._decoded(self.gather_all(timeout, what, stop_at_death))
+        for worker in self._send_order():
+            seq = worker.seq = worker.seq + 1
+            worker.expected = seq
+            try:
+                proto.write_frame(worker.cmd_fd, command, seq, payload)
+            except OSError:
+                pass  # as in send()
+        gathered = quick[1](timeout, what, stop_at_death)
         return None if gathered is None else self._decoded(gathered)
 
     def gather_all(
@@ -1100,3 +1137,15 @@ _CLOUDPICKLED = (Command.CALL, Command.SET_ATTR, Command.RESET, Command.SET_RESE
 #: commands that run envs, and so take turns with ``max_active`` (gymnasium's max_concurrency
 #: limits ``step`` and ``reset``; calls and attributes run everywhere at once)
 _IN_TURNS = (Command.STEP, Command.RESET)
+
+
+def _is_chunk(
+    command: Command, payload: Any, per_unit: Callable[[Any], Any] | None, targets: Sequence[Any]
+) -> bool:
+    """An action chunk (a STEP_ENVS of several sub-steps): it runs envs as a step does."""
+    if command is not Command.STEP_ENVS or not targets:
+        return False
+    record = payload if per_unit is None else per_unit(targets[0])
+    if isinstance(record, bytes):  # encoded already
+        record = proto.decode_step_envs(record)
+    return bool(record.substeps > 1)

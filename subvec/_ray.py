@@ -258,6 +258,8 @@ class EnvActor:
                 obs, infos = env.reset(seed=list(reset.seeds), options=options)
                 reply = StepReply(self._obs(obs), None, None, None, _events(infos, False))
                 outcome = Status.OK_PAYLOAD, reply
+            elif command == Command.STEP_ENVS and payload.substeps > 1:  # an action chunk
+                outcome = self._step_chunk(payload)
             elif command == Command.STEP_ENVS:
                 outcome = self._step_envs(payload)
             elif command == Command.CALL:
@@ -323,6 +325,28 @@ class EnvActor:
         # events are numbered by position in ``done``: renumber them by local env
         events = [(done[i], info) for i, info in reply.events]
         return Status.OK_PAYLOAD, (reply._replace(events=events), done, errors)
+
+    def _step_chunk(self, payload: StepEnvsPayload) -> tuple[Status, Any]:
+        """One chunk on the local vector env (its workers run the sub-steps): the reply
+        holds the arrays, the events ``(local env, sub-step, info)`` and, for observations
+        that travel by value, each env's last one."""
+        env = self.env
+        space = env.single_action_space
+        assert payload.actions is not None  # by value: the driver's arrays are not ours
+        actions = _spaces.build_views(space, iter(payload.actions))
+        obs, rewards, terms, truncs, infos = env.step_chunk(
+            actions, stop_on_done=payload.stop_on_done, all_obs=payload.all_obs
+        )
+        events = [
+            (i, k, event)
+            for i, info in enumerate(infos)  # info_format="list": per env, per sub-step
+            for k, sub in enumerate(info["infos"])
+            for _, event in _events([sub], self._same_step)
+        ]
+        steps = np.array([info["chunk_steps"] for info in infos], dtype=np.int64)
+        by_value = self._obs(obs) if self._obs_by_value else None
+        arrays = (rewards, terms, truncs, steps, None if by_value is not None else obs)
+        return Status.OK_PAYLOAD, UnitReply(events, by_value, None, None, arrays)
 
     def _obs_batch(self, obs_rows: list[Any]) -> Any:
         if self._obs_by_value:
@@ -720,6 +744,9 @@ class RayActors:
             by_value = reply.obs if self._observations is None else None
             if reply.events or by_value is not None:
                 into.outcomes[unit.index] = (Status.OK_PAYLOAD, UnitReply(reply.events, by_value))
+            return
+        if command is Command.STEP_ENVS and isinstance(value, UnitReply):  # an action chunk
+            into.outcomes[unit.index] = (Status.OK_PAYLOAD, value)
             return
         if command is Command.STEP_ENVS:
             reply, done, errors = value

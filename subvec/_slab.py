@@ -17,6 +17,17 @@ The autoreset logic mirrors gymnasium 1.x SyncVectorEnv so that results are byte
 - DISABLED: the caller resets ended envs with ``reset(mask=...)``; stepping one is refused by the
   vector env before it gets here.
 
+Action chunks (:meth:`EnvSlab.step_chunk`): K sub-steps of each env in one call, each exactly
+the ``step()`` that env would have had, under the same autoreset mode (the env's needs-reset
+state carries over between chunks and steps). The envs run one after the other, each its K
+sub-steps in a row (env-major). The results go to ``(k, K)`` reward and flag arrays and the
+executed counts to ``steps``; the info events are ``(local env, sub-step, info)`` in that same
+env-major order, an episode end's ``{"final_obs", "final_info"}`` (SAME_STEP; always by value
+in a chunk) before the reset's info of the same sub-step, as in ``step()``. With
+``stop_on_done`` (implied by DISABLED) an env stops after the sub-step its episode ended in;
+its later sub-steps report reward 0 and both flags False, and with ``all_obs`` their
+observations repeat its last one.
+
 Each env has stored reset options (:meth:`EnvSlab.set_reset_options`, None by default): every
 reset that names no options for the env (None or an empty dict) gets them, its autoresets in
 every mode included.
@@ -33,8 +44,11 @@ from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._commands import StepPayload
+from subvec.errors import add_note
 
 __all__ = [
+    "ChunkArrays",
+    "ChunkResult",
     "EnvSlab",
     "FinalObsInBlock",
     "SlabArrays",
@@ -44,6 +58,8 @@ __all__ = [
 ]
 
 InfoEvent = tuple[int, dict[str, Any]]
+#: (local env, sub-step, info) of an action chunk
+ChunkEvent = tuple[int, int, dict[str, Any]]
 
 
 @dataclass
@@ -88,6 +104,41 @@ class SlabResult:
 
     def is_empty(self) -> bool:
         return not self.infos and not self.obs and not self.errors
+
+
+@dataclass
+class ChunkArrays:
+    """Where an action chunk's per-sub-step results go: rows are the slab's local envs, the
+    second axis the chunk's K sub-steps.
+
+    ``write_sub_obs(obs, i, k)`` writes env ``i``'s observation after sub-step ``k`` (with
+    ``all_obs``); None: those observations travel by value in ``ChunkResult.sub_obs``.
+    """
+
+    rewards: np.ndarray  # (k, K) float64
+    terminations: np.ndarray  # (k, K) bool
+    truncations: np.ndarray  # (k, K) bool
+    steps: np.ndarray  # (k,) integer: the sub-steps each env executed
+    write_sub_obs: Callable[[Any, int, int], None] | None = None
+
+
+@dataclass
+class ChunkResult:
+    """What an action chunk says beyond its arrays."""
+
+    #: ``(local env, sub-step, info)``, env-major, sub-steps in order
+    infos: list[ChunkEvent] = field(default_factory=list)
+    #: the last observation of each env, by value ``(local env, obs)`` (without ``all_obs``,
+    #: when the bound arrays take no observations; of a split nest, its other leaves)
+    obs: list[tuple[int, Any]] | None = None
+    #: with ``all_obs`` and no ``write_sub_obs``: ``(local env, [obs after each sub-step it
+    #: executed])``; the reader repeats the last one over the sub-steps it did not execute
+    sub_obs: list[tuple[int, list[Any]]] | None = None
+    #: sub-steps executed, all envs together (``stats()`` counts them as steps)
+    executed: int = 0
+
+    def is_empty(self) -> bool:
+        return not self.infos and not self.obs and not self.sub_obs
 
 
 def final_obs_store(rows: np.ndarray) -> Callable[[Any, int], bool]:
@@ -151,6 +202,8 @@ class EnvSlab:
         self.arrays: SlabArrays | None = None
         #: per env: the options of its resets that name none (its autoresets); None: none
         self.reset_options: list[dict[str, Any] | None] = [None] * len(self.envs)
+        #: the sub-step of an action chunk being driven (error reports name it); -1: none
+        self.current_substep = -1
 
     @property
     def current_env(self) -> int:
@@ -160,7 +213,7 @@ class EnvSlab:
     def bind(self, arrays: SlabArrays) -> None:
         self.arrays = arrays
 
-    def _emit_obs(self, result: SlabResult, i: int, obs: Any) -> None:
+    def _emit_obs(self, result: SlabResult | ChunkResult, i: int, obs: Any) -> None:
         arrays = self.arrays
         assert arrays is not None
         if arrays.write_obs is not None:
@@ -340,6 +393,124 @@ class EnvSlab:
             if info:
                 infos.append((i, info))
         result.errors = errors or None
+        return result
+
+    def step_chunk(
+        self,
+        out: ChunkArrays,
+        read: Callable[[int, int], Any],
+        chunk: int,
+        *,
+        stop_on_done: bool = False,
+        all_obs: bool = False,
+        envs: Sequence[int] | None = None,
+    ) -> ChunkResult:
+        """Run an action chunk: ``chunk`` sub-steps of each env (of ``envs``, local indices
+        in ascending order; None: every env), each the ``step()`` that env would have had.
+
+        Per env, in order: a NEXT_STEP env that ended on its previous (sub-)step has its reset
+        step (action not read, reward 0, flags False); any other sub-step calls ``env.step``
+        with ``read(i, k)`` and, when the episode ends, resets at once (SAME_STEP, the final
+        observation and info in an event) or marks the env for the next sub-step's reset
+        (NEXT_STEP). With ``stop_on_done`` (always under DISABLED) an env that ended executes
+        none of its later sub-steps. ``out`` gets every sub-step's reward and flags (0 and
+        False past an early stop) and the executed counts; the bound arrays get each env's
+        last observation (without ``all_obs``), as a step's. (Their rewards and flags are
+        left alone: the chunk's are in ``out``.)
+
+        Args:
+            out: the chunk's arrays (rows: this slab's local envs).
+            read: ``read(i, k)``: local env ``i``'s action for sub-step ``k``, in the form
+                ``step()`` would hand it.
+            chunk: K, the sub-steps (at least 1).
+            stop_on_done: stop an env after the sub-step its episode ended in.
+            all_obs: report the observation after every sub-step (``out.write_sub_obs``, or
+                by value), instead of the last one.
+            envs: the local envs to run (None: all).
+
+        Returns:
+            The info events and by-value observations.
+
+        Raises:
+            Exception: what an env raised, with a note naming the sub-step; ``current_env``
+                and ``current_substep`` name where.
+        """
+        arrays = self.arrays
+        assert arrays is not None, "bind() first"
+        next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        # An ended env must not be stepped until the caller resets it
+        stop = stop_on_done or self.autoreset_mode is AutoresetMode.DISABLED
+        rewards, terms, truncs = out.rewards, out.terminations, out.truncations
+        write_sub = out.write_sub_obs
+        steps = out.steps
+        needs_reset = self.needs_reset
+        result = ChunkResult()
+        events = result.infos
+        for i in range(len(self.envs)) if envs is None else envs:
+            self.current = i
+            env = self.envs[i]
+            # this env's rows: a 1-d store per sub-step is cheaper than a 2-d one
+            env_rewards, env_terms, env_truncs = rewards[i], terms[i], truncs[i]
+            reward: Any = 0.0
+            ended = False
+            terminated = truncated = False
+            seen: list[Any] = []  # by-value observations, with all_obs
+            obs: Any = None
+            k = 0
+            try:
+                for k in range(chunk):
+                    if next_step and needs_reset[i]:
+                        obs, info = self._autoreset(i)
+                        reward, terminated, truncated, ended = 0.0, False, False, False
+                        needs_reset[i] = False
+                    else:
+                        obs, reward, terminated, truncated, info = env.step(read(i, k))
+                        ended = bool(terminated or truncated)
+                        if ended:
+                            if same_step:
+                                final = {"final_obs": snapshot(obs), "final_info": snapshot(info)}
+                                events.append((i, k, final))
+                                obs, info = self._autoreset(i)
+                            else:
+                                needs_reset[i] = True
+                    try:
+                        env_rewards[k] = reward
+                        env_terms[k] = terminated
+                        env_truncs[k] = truncated
+                    except (TypeError, ValueError) as exc:
+                        raise _unbatchable(exc, reward, terminated, truncated) from None
+                    if all_obs:
+                        if write_sub is not None:
+                            write_sub(obs, i, k)
+                        else:
+                            seen.append(snapshot(obs))
+                    if info:
+                        events.append((i, k, info))
+                    # after every sub-step: a death mid-chunk then says where the env was lost
+                    steps[i] = k + 1
+                    if stop and ended:
+                        break
+            except Exception as exc:
+                self.current_substep = k
+                add_note(exc, f"raised at sub-step {k} of an action chunk of {chunk}")
+                raise
+            done = k + 1
+            result.executed += done
+            if done < chunk:
+                env_rewards[done:] = 0.0
+                env_terms[done:] = False
+                env_truncs[done:] = False
+                if all_obs and write_sub is not None:
+                    for rest in range(done, chunk):
+                        write_sub(obs, i, rest)
+            if not all_obs:
+                self._emit_obs(result, i, obs)
+            elif write_sub is None:
+                if result.sub_obs is None:
+                    result.sub_obs = []
+                result.sub_obs.append((i, seen))
+        self.current_substep = -1
         return result
 
     def call(

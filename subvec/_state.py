@@ -12,6 +12,7 @@ class _State(enum.Enum):
     WAITING_RESET = "reset"
     WAITING_STEP = "step"
     WAITING_CALL = "call"
+    WAITING_CHUNK = "step_chunk"
     ASYNC = "async"  # envs in flight or held (see _async)
     BROKEN = "broken"
 
@@ -21,4 +22,5 @@ _ASYNC_NAME = {
     _State.WAITING_RESET: "reset_async",
     _State.WAITING_STEP: "step_async",
     _State.WAITING_CALL: "call_async",
+    _State.WAITING_CHUNK: "step_chunk",
 }

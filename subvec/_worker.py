@@ -39,9 +39,18 @@ from gymnasium.vector.vector_env import AutoresetMode
 from subvec import _protocol as proto
 from subvec._block import bind_rows, slot_writers
 from subvec._bootstrap import Lifeline, adopt_registry, tie_to_parent
+from subvec._chunks import ChunkAttachment, run_chunk
 from subvec._gpus import gpu_environment
 from subvec._infos import InfoBlockWriter, to_columns
-from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, UnitReply, WorkerHello
+from subvec._protocol import (
+    AttachSpec,
+    Command,
+    ErrorRecord,
+    Status,
+    StepEnvsPayload,
+    UnitReply,
+    WorkerHello,
+)
 from subvec._shm import SharedBlock
 from subvec._slab import EnvSlab, SlabResult
 from subvec._starts import BuildFailure, StartGate, build_env, maybe_token
@@ -182,6 +191,11 @@ class _Server:
         #: with observation slots: a row writer per slot, and the cell that picks one
         self.obs_writers: list[Any] = []
         self.obs_slot_cell: memoryview | None = None
+        #: the chunk block named by the last chunk, and the single observation and action
+        #: spaces of what the blocks hold (None: by value)
+        self.chunks = ChunkAttachment()
+        self.obs_space: Any = None
+        self.act_space: Any = None
         #: STEP commands served, seconds handling commands, seconds waiting for them (kept
         #: here by ``serve`` before each command but the usual step), env steps of STEP_ENVS
         self.steps = 0
@@ -272,6 +286,7 @@ class _Server:
                 self.slab.arrays = None
                 # Our views of the block go first, so that it unmaps now.
                 self.info_block, self.obs_writers, self.obs_slot_cell = None, [], None
+                self.chunks.close()
                 if self.bell is not None:
                     self.bell.close()
                 self.block.close()
@@ -363,6 +378,8 @@ class _Server:
                 result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
         elif command is Command.STEP_ENVS:
             some = proto.decode_step_envs(payload)
+            if some.substeps > 1:
+                return self._chunk(some)
             result = slab.step_envs(some.envs, some.actions)
             self.env_steps_some += len(some.envs)
             if result.is_empty():
@@ -397,6 +414,20 @@ class _Server:
         if result.is_empty():
             return Status.OK, b""
         return Status.OK_PAYLOAD, self._dump_result(result)
+
+    def _chunk(self, payload: StepEnvsPayload) -> tuple[Status, bytes]:
+        """An action chunk: K sub-steps of the envs, results in the chunk block."""
+        assert payload.block is not None
+        views = self.chunks.get(payload.block, self.obs_space, self.act_space)
+        done = run_chunk(self.slab, payload, views)
+        self.env_steps_some += done.executed
+        if done.is_empty():
+            return Status.OK, b""
+        reply = UnitReply(done.infos, done.obs, None, done.sub_obs)
+        items = [(i, info) for i, _, info in done.infos]
+        return Status.OK_PAYLOAD, self._dump_per_env(
+            reply, "the info", [*items, *(done.obs or ()), *(done.sub_obs or ())]
+        )
 
     def _dump_per_env(self, obj: Any, what: str, items: Iterable[tuple[int, Any]]) -> bytes:
         """Pickle ``obj`` (cloudpickle if pickle cannot). On failure, the env of the first of
@@ -466,6 +497,7 @@ class _Server:
             self.info_block = InfoBlockWriter(views, self.index, lo, hi)
         self.obs_writers, self.obs_slot_cell = slot_writers(views, spec, lo, hi)
         self.slab.bind(bind_rows(views, spec, lo, hi))
+        self.obs_space, self.act_space = spec.observation_space, spec.action_space
         if spec.wake:
             self.bell = Bell(views)
             self.bell_seen = int(self.bell.cmd[self.index])

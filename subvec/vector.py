@@ -21,6 +21,7 @@ the steady lock-step ``step`` is its own: the per-step round trip without the ge
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Iterable
 from multiprocessing import resource_tracker
@@ -31,13 +32,15 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
+from subvec import _protocol as proto
 from subvec._block import BatchViews, BlockPlan, plan_block
 from subvec._bootstrap import registry_snapshot
-from subvec._commands import Command
+from subvec._commands import Command, StepEnvsPayload
 from subvec._failures import DEFAULT_MAX_RESTARTS
 from subvec._front import EnvsHello, Hello, ObservationMode, VectorFront
 from subvec._gpus import GpuSpec, WorkerEnvSpec, check_worker_env, resolve_gpus
 from subvec._local import LocalShare
+from subvec._merge import Part
 from subvec._pickling import pickle_factories
 from subvec._plan import (
     Layout,
@@ -48,7 +51,7 @@ from subvec._plan import (
 )
 from subvec._pool import WorkerPool, release
 from subvec._recycle import RecyclePolicy
-from subvec._shm import SharedBlock
+from subvec._shm import BlockLayout, SharedBlock
 from subvec._starts import BuildFailure, check_build_retries, check_max_concurrent_starts
 from subvec._state import _WAITING, _State
 from subvec._stats import WorkerStats, worker_stats
@@ -402,6 +405,53 @@ class SubprocVectorEnv(VectorFront):
             )
         self.step_async(actions)
         return self.step_wait()
+
+    # --- action chunks -----------------------------------------------------------------------
+
+    def _chunk_obs_rows(self) -> bool:
+        return self._obs_shared
+
+    def _chunk_act_rows(self) -> bool:
+        return True
+
+    def _chunk_exchange(self, per_unit: Callable[[Any], StepEnvsPayload]) -> list[Part] | None:
+        """Every env in a worker, workers of one size, no restarted worker answering with its
+        reset: one encoded command for all, sent and collected as the steady step's are, the
+        failures and outcomes through the front's ``_parts``."""
+        workers = self._pool.workers
+        if self._local is not None or self._answered or not self._chunk_even:
+            return None
+        payload = proto.encode_step_envs(per_unit(workers[0]))
+        self._state = state = _State.WAITING_CHUNK
+        timeout = self.default_timeout
+        restart = self._policy.can_restart
+        try:
+            collected = self._pool.exchange_frame(
+                Command.STEP_ENVS, payload, timeout, _WAITING[state], stop_at_death=not restart
+            )
+        except KeyboardInterrupt:
+            self._state = _State.IDLE  # as in _collect
+            raise
+        if collected is None:
+            self._state = _State.IDLE
+            return []
+        return self._parts(state, collected, timeout, restart)
+
+    @functools.cached_property
+    def _chunk_even(self) -> bool:
+        """Whether every worker holds as many envs (one chunk command fits them all)."""
+        return len({hi - lo for lo, hi in self.layout.bounds}) == 1
+
+    def _new_chunk_block(self, layout: BlockLayout) -> tuple[str | None, dict[str, np.ndarray]]:
+        """A shared-memory chunk block, in place of the last one (units map the new one when
+        the next chunk command names it; the pool's resources own it, as the main block)."""
+        resources = self._pool.resources
+        old, resources.chunk_block = resources.chunk_block, None
+        self.__dict__.pop("_chunk_views", None)
+        if old is not None:
+            old.close()
+        block = resources.chunk_block = SharedBlock.create(layout)
+        return block.name, block.views
 
     # --- close and introspection -------------------------------------------------------------
 

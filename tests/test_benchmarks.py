@@ -243,3 +243,16 @@ def test_import_subvec_leaves_the_bench_out() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=_env(), timeout=60)
+
+
+@pytest.mark.timeout(120)
+def test_chunk_benchmark_quick_mode_writes_results(tmp_path: Path) -> None:
+    script = ROOT / "benchmarks" / "bench_chunks.py"
+    cmd = [sys.executable, str(script), "--quick", "--out-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=110, env=_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [json.loads(line) for line in (tmp_path / "chunks.jsonl").read_text().splitlines()]
+    rows = lines[1:]
+    assert {r["how"] for r in rows} == {"limit", "step", "chunk 1", "chunk 4"}
+    assert all(r["steps_per_s"] > 0 for r in rows)
+    assert "| chunk 4 |" in (tmp_path / "chunks.md").read_text()

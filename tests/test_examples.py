@@ -35,6 +35,12 @@ EXAMPLES = [
     ("simpy_queue.py", ["--num-envs", "3", "--hours", "1"], ["simpy"], "rule of thumb"),
     ("custom_env.py", ["--num-envs", "3", "--size", "4"], [], "caught RuntimeError from env 1"),
     ("gpu_placement.py", ["--workers", "6"], [], "worker 5: node 0, cpus 0-15, gpu 1"),
+    (
+        "action_chunks.py",
+        ["--num-envs", "3", "--chunk", "4", "--chunks", "5", "--image", "32"],
+        [],
+        "same rewards from the same seeds",
+    ),
 ]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from subvec import _protocol as proto
+from subvec._commands import ChunkBlockSpec
 from subvec._protocol import (
     HEADER,
     Command,
@@ -306,17 +307,27 @@ def test_an_error_that_cannot_be_rebuilt_from_its_message_becomes_remote_env_err
         StepEnvsPayload([0, 2, 5], None),
         StepEnvsPayload([1, 70_000], None),  # past u16: pickled
         StepEnvsPayload([0, 1], [np.int64(2), [1, 2]]),
+        # action chunks: compact with the actions in the chunk block, else pickled
+        StepEnvsPayload(range(3), None, 8, True, False, ChunkBlockSpec("subvec_1_ab", 7, 16, True)),
+        StepEnvsPayload(range(2), None, 5, False, True, ChunkBlockSpec("subvec_1_cd", 2, 8, False)),
+        StepEnvsPayload(
+            range(2), [np.zeros((2, 4))], 4, False, False, ChunkBlockSpec("x", 2, 8, False)
+        ),
+        StepEnvsPayload([1, 2], None, 4, False, False, ChunkBlockSpec("subvec_1_ef", 4, 8, False)),
     ],
 )
 def test_step_envs_payloads_survive_the_wire(payload: StepEnvsPayload) -> None:
     data = proto.encode_step_envs(payload)
     back = proto.decode_step_envs(memoryview(data))
     assert list(back.envs) == list(payload.envs)
+    assert back[2:] == payload[2:]  # sub-steps, the chunk's flags and block
+    if payload.substeps > 1 and payload.actions is None and type(payload.envs) is range:
+        assert len(data) < 40  # the compact form
     assert (back.actions is None) == (payload.actions is None)
     if payload.actions is not None:
         assert back.actions is not None
         assert [np.asarray(a).tolist() for a in back.actions] == [
             np.asarray(a).tolist() for a in payload.actions
         ]
-    if payload.actions is None and payload.envs[-1] < 1 << 16:
+    if payload.actions is None and payload.substeps == 1 and payload.envs[-1] < 1 << 16:
         assert len(data) == 1 + 2 * len(payload.envs)  # no pickle on the usual path

@@ -36,6 +36,7 @@ from ray.util.placement_group import (  # noqa: E402
 )
 
 from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
+from subvec._commands import Command  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
 from tests.envs import (  # noqa: E402
     OptionsEnv,
@@ -54,6 +55,8 @@ from tests.failure_checks import (  # noqa: E402
 )
 from tests.helpers import assert_same  # noqa: E402
 from tests.test_async import _expected, check_trajectories  # noqa: E402
+from tests.test_chunks import BOX_ACT  # noqa: E402
+from tests.test_chunks import run_against_oracle as run_chunks_against_oracle  # noqa: E402
 from tests.test_conformance import _zoo_fns, axis_params, run_side_by_side  # noqa: E402
 from tests.test_gym_fidelity import _most_at_once  # noqa: E402
 from tests.vectorisers import NEEDS_RAY  # noqa: E402
@@ -573,3 +576,45 @@ def test_an_unknown_start_method_is_refused_before_anything_starts() -> None:
     # multiprocessing's own error, as SB3's SubprocVecEnv raises it
     with pytest.raises(ValueError, match="cannot find context for 'illegal_method'"):
         RayVectorEnv([make_zoo("box_f32")] * 2, context="illegal_method")
+
+
+# --- action chunks ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+def test_chunks_match_sync_per_env_with_one_actor_call_per_chunk(mode: AutoresetMode) -> None:
+    fns = [lambda: gym.make("CartPole-v1")] * 4
+    with RayEnvs(fns, autoreset_mode=mode) as envs:
+        calls: list[int] = []
+        for unit in envs._backends[0].units:  # count the actor calls
+            run = unit.actor.run
+
+            class Counting:
+                def remote(self, command: int, payload: Any, run: Any = run) -> Any:
+                    calls.append(command)
+                    return run.remote(command, payload)
+
+            unit.actor.run = Counting()
+        calls.clear()
+        inside = run_chunks_against_oracle(envs, fns, mode, [1, 3, 8, 8, 5, 8])
+        # one per actor per chunk (a chunk of one sub-step is a step)
+        assert calls.count(Command.STEP_ENVS) == 2 * 5 and calls.count(Command.STEP) == 2
+    assert inside >= 1
+
+
+def test_box_chunks_with_infos_match_sync_per_env() -> None:
+    fns = [make_zoo("box_f32", act_space=BOX_ACT, max_steps=6, terminate_prob=0.1)] * 4
+    with RayEnvs(fns, autoreset_mode=AutoresetMode.SAME_STEP) as envs:
+        run_chunks_against_oracle(envs, fns, AutoresetMode.SAME_STEP, [4, 1, 8, 5])
+
+
+def test_killed_actor_mid_chunk_comes_back_truncated_at_sub_step_zero() -> None:
+    with RayEnvs([make_zoo("box_f32")] * 4, on_worker_failure="restart") as envs:
+        envs.reset(seed=0)
+        envs.step_chunk(np.zeros((4, 2), dtype=np.int64))
+        ray.kill(envs.actors[0])
+        _, rewards, _, truncs, infos = envs.step_chunk(np.zeros((4, 3), dtype=np.int64))
+        assert infos["chunk_steps"][:2].tolist() == [1, 1]
+        assert truncs[:2, 0].all() and rewards[:2].tolist() == [[0.0] * 3] * 2
+        assert infos["_worker_restarted"][:, 0].tolist() == [True, True, False, False]
+        assert len(envs.restarts) == 1

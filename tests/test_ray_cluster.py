@@ -11,6 +11,7 @@ import functools
 import os
 from collections.abc import Iterator
 
+import gymnasium as gym
 import pytest
 
 # Loopback only: without it Ray binds the machine's interface address (read when ray imports).
@@ -22,6 +23,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.placement_group import placement_group_table  # noqa: E402
 
 from subvec.ray import RayVectorEnv  # noqa: E402
+from tests.test_chunks import run_against_oracle  # noqa: E402
 from tests.test_conformance import _zoo_fns, run_side_by_side  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(90)]
@@ -63,3 +65,14 @@ def test_strict_spread_puts_actors_on_different_nodes_and_matches_sync(cluster: 
         assert all(g["state"] == "REMOVED" for g in placement_group_table().values())
     finally:
         ray.shutdown()
+
+
+def test_chunks_across_two_nodes_match_sync_per_env(cluster: Cluster) -> None:
+    fns = [lambda: gym.make("CartPole-v1")] * 4
+    make = functools.partial(
+        RayVectorEnv, address=cluster.address, placement="strict_spread", start_timeout=60
+    )
+    with make(fns, autoreset_mode=AutoresetMode.NEXT_STEP) as envs:
+        assert len({r.node_id for r in envs.placement}) == 2
+        inside = run_against_oracle(envs, fns, AutoresetMode.NEXT_STEP, [3, 8, 8, 8, 8])
+    assert inside >= 1

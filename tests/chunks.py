@@ -1,0 +1,183 @@
+"""The oracle of action chunks: per env, a one-env SyncVectorEnv stepped with exactly the
+``step()`` calls the chunk stands for (its executed sub-steps' actions, in order).
+
+A chunk's result is compared env by env: sub-step k of env i is the k-th ``step()`` of that
+env's reference, for its rewards, flags, observations and infos (the chunk's infos at ``[i, k]``
+against the reference's at ``[0]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from tests.helpers import assert_same
+
+
+def sub_action(space: spaces.Space[Any], actions: Any, i: int, k: int) -> Any:
+    """Env ``i``'s action for sub-step ``k`` of a batch of chunks, as a batch of one env."""
+    if isinstance(space, spaces.Dict):
+        return {key: sub_action(sub, actions[key], i, k) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(sub_action(sub, actions[j], i, k) for j, sub in enumerate(space.spaces))
+    return np.asarray(actions)[i, k][None]
+
+
+def sample_chunks(space: spaces.Space[Any], num_envs: int, chunk: int, seed: int) -> Any:
+    """A batch of chunks of ``space``'s actions, ``(num_envs, chunk, ...)`` on every leaf."""
+    batched = gym.vector.utils.batch_space(gym.vector.utils.batch_space(space, chunk), num_envs)
+    batched.seed(seed)
+    return batched.sample()
+
+
+@dataclass
+class Expected:
+    """One env's chunk by the oracle."""
+
+    rewards: list[float] = field(default_factory=list)
+    terminations: list[bool] = field(default_factory=list)
+    truncations: list[bool] = field(default_factory=list)
+    obs: list[Any] = field(default_factory=list)  # the reference's batches of one env
+    infos: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        return len(self.rewards)
+
+
+class Oracle:
+    """One one-env SyncVectorEnv per env of a vector env, stepped as its chunks say."""
+
+    def __init__(self, fns: Sequence[Callable[[], gym.Env[Any, Any]]], mode: AutoresetMode):
+        self.mode = mode
+        self.refs = [SyncVectorEnv([fn], autoreset_mode=mode) for fn in fns]
+        self.space = self.refs[0].single_action_space
+
+    def reset(self, seed: int) -> list[Any]:
+        return [ref.reset(seed=seed + i)[0] for i, ref in enumerate(self.refs)]
+
+    def reset_envs(self, mask: Sequence[bool]) -> None:
+        for ref, reset in zip(self.refs, mask):
+            if reset:
+                ref.reset(options={"reset_mask": np.array([True])})
+
+    def step(self, actions: Any) -> list[Any]:
+        """One ``step()`` of every env (its action of a batch of ``step()``)."""
+        out = []
+        for i, ref in enumerate(self.refs):
+            out.append(ref.step(_one(self.space, actions, i)))
+        return out
+
+    def chunk(self, actions: Any, chunk: int, stop_on_done: bool) -> list[Expected]:
+        stop = stop_on_done or self.mode is AutoresetMode.DISABLED
+        expected = []
+        for i, ref in enumerate(self.refs):
+            e = Expected()
+            for k in range(chunk):
+                obs, reward, term, trunc, info = ref.step(sub_action(self.space, actions, i, k))
+                e.rewards.append(float(reward[0]))
+                e.terminations.append(bool(term[0]))
+                e.truncations.append(bool(trunc[0]))
+                e.obs.append(obs)
+                e.infos.append(info)
+                if stop and (term[0] or trunc[0]):
+                    break
+            expected.append(e)
+        return expected
+
+
+def _one(space: spaces.Space[Any], actions: Any, i: int) -> Any:
+    if isinstance(space, spaces.Dict):
+        return {key: _one(sub, actions[key], i) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_one(sub, actions[j], i) for j, sub in enumerate(space.spaces))
+    return np.asarray(actions)[i][None]
+
+
+def row(batch: Any, i: int) -> Any:
+    """Row ``i`` of a batch (a nest of arrays)."""
+    if isinstance(batch, dict):
+        return {key: row(value, i) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(row(value, i) for value in batch)
+    return batch[i]
+
+
+def info_at(infos: dict[str, Any], i: int, k: int) -> dict[str, Any]:
+    """The infos of env ``i`` at sub-step ``k`` of a chunk's infos (keys gain the chunk axis,
+    masks ``(num_envs, K)``), as a one-env vector env's infos: what the oracle gives."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_") or key == "chunk_steps":
+            continue
+        mask = infos[f"_{key}"]
+        if not mask[i, k]:
+            continue
+        if isinstance(value, dict):
+            out[key] = info_at(value, i, k)
+        else:
+            out[key] = value[i, k : k + 1]
+        out[f"_{key}"] = np.ones(1, dtype=np.bool_)
+    return out
+
+
+def check_chunk(
+    expected: list[Expected],
+    chunk: int,
+    obs: Any,
+    rewards: np.ndarray,
+    terminations: np.ndarray,
+    truncations: np.ndarray,
+    infos: dict[str, Any] | None,
+    *,
+    all_obs: bool = False,
+    steps: np.ndarray | None = None,
+    where: str = "",
+) -> None:
+    """Assert a chunk's results equal the oracle's, env by env (``infos`` None: not checked)."""
+    n = len(expected)
+    assert rewards.shape == (n, chunk) and rewards.dtype == np.float64, (where, rewards.shape)
+    assert terminations.shape == truncations.shape == (n, chunk), where
+    if steps is None and infos is not None:
+        steps = infos["chunk_steps"]
+    for i, e in enumerate(expected):
+        s = e.steps
+        at = f"{where} env {i}"
+        if steps is not None:
+            assert steps[i] == s, (at, steps[i], s)
+        np.testing.assert_array_equal(rewards[i], e.rewards + [0.0] * (chunk - s), at)
+        np.testing.assert_array_equal(terminations[i], e.terminations + [False] * (chunk - s), at)
+        np.testing.assert_array_equal(truncations[i], e.truncations + [False] * (chunk - s), at)
+        if all_obs:
+            for k in range(chunk):
+                want = row(e.obs[min(k, s - 1)], 0)
+                assert_same(row_k(obs, i, k), want, f"{at} obs sub-step {k}")
+        else:
+            assert_same(row(obs, i), row(e.obs[-1], 0), f"{at} obs")
+        if infos is not None:
+            for k in range(s):
+                got, want = info_at(infos, i, k), e.infos[k]
+                assert_same(ordered(got), ordered(want), f"{at} infos sub-step {k}")
+
+
+def ordered(infos: Any) -> Any:
+    """``infos`` with every dict's keys sorted: a chunk's keys come in the order they first
+    appear among all its envs and sub-steps, a one-env reference's in its own order."""
+    if type(infos) is dict:
+        return {key: ordered(infos[key]) for key in sorted(infos)}
+    return infos
+
+
+def row_k(batch: Any, i: int, k: int) -> Any:
+    """Element ``[i, k]`` of a nest of ``(num_envs, K, ...)`` arrays."""
+    if isinstance(batch, dict):
+        return {key: row_k(value, i, k) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(row_k(value, i, k) for value in batch)
+    return batch[i, k]
