@@ -30,8 +30,17 @@ from subvec import _pickling as pickling
 from subvec import _protocol as proto
 from subvec._backend import PLAIN, Collected, Failure, Outcome
 from subvec._bootstrap import lifeline_for, start
+from subvec._commands import (
+    Command,
+    ErrorRecord,
+    Status,
+    WorkerCounters,
+    WorkerHello,
+    raise_first,
+    rebuild_remote_error,
+)
 from subvec._gpus import WorkerEnvSpec, worker_environment
-from subvec._protocol import AttachSpec, Command, ErrorRecord, Status, WorkerHello
+from subvec._protocol import AttachSpec
 from subvec._shm import SharedBlock
 from subvec._starts import BuildFailure, StartGate
 from subvec._topology import Placement
@@ -364,7 +373,7 @@ class WorkerPool:
         if failures:
             raise failures[0].to_error(timeout or 0.0)
         outcomes = {w.index: self._decode(w, replies[w.index]) for w in workers}
-        proto.raise_first([v for status, v in outcomes.values() if status is Status.ERROR])
+        raise_first([v for status, v in outcomes.values() if status is Status.ERROR])
         return outcomes
 
     # --- messages -------------------------------------------------------------------------
@@ -559,7 +568,7 @@ class WorkerPool:
             return PLAIN
         if status is Status.ERROR:
             record: ErrorRecord = proto.loads(payload)
-            return status, proto.rebuild_remote_error(record, worker.pid)
+            return status, rebuild_remote_error(record, worker.pid)
         return status, proto.loads(payload)
 
     def _send_order(self) -> list[Worker]:
@@ -1084,7 +1093,7 @@ class WorkerPool:
         new.on_bell = bell is not None
         return new
 
-    def counters(self, timeout: float | None) -> dict[int, proto.WorkerCounters]:
+    def counters(self, timeout: float | None) -> dict[int, WorkerCounters]:
         """Every worker's counters (a STATS round trip; the pool must be idle).
 
         Raises:
@@ -1111,7 +1120,7 @@ class WorkerPool:
                 replies, _ = self.gather(live, timeout, "closing")
                 errors = [self._decode(w, replies[w.index]) for w in live if w.index in replies]
                 try:
-                    proto.raise_first([v for status, v in errors if status is Status.ERROR])
+                    raise_first([v for status, v in errors if status is Status.ERROR])
                 except Exception as exc:
                     error = exc
         except BaseException:

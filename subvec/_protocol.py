@@ -1,7 +1,6 @@
 """The pipe wire between the parent and its worker processes: how the commands of
 ``subvec._commands`` travel. Both sides import this module for the framing; the commands,
-payload records and statuses themselves are ``_commands``' (re-exported here for the two
-sides of the pipes).
+payload records and statuses themselves are ``_commands``', imported from there.
 
 Each worker owns two simplex pipes: commands (parent -> worker) and replies (worker -> parent).
 Every message is one frame::
@@ -29,21 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from subvec._commands import (
-    CallPayload,
     ChunkBlockSpec,
-    Command,
-    ErrorRecord,
-    ResetOptionsPayload,
-    ResetPayload,
-    SetAttrPayload,
-    Status,
     StepEnvsPayload,
-    StepPayload,
-    UnitReply,
-    WorkerCounters,
-    WorkerHello,
-    raise_first,
-    rebuild_remote_error,
 )
 
 if TYPE_CHECKING:
@@ -52,26 +38,12 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADER",
     "AttachSpec",
-    "CallPayload",
-    "Command",
-    "ErrorRecord",
-    "ResetOptionsPayload",
-    "ResetPayload",
-    "SetAttrPayload",
-    "Status",
-    "StepEnvsPayload",
-    "StepPayload",
-    "UnitReply",
-    "WorkerCounters",
-    "WorkerHello",
     "decode_step_envs",
     "dumps",
     "encode_step_envs",
     "finish_frame",
     "loads",
-    "raise_first",
     "read_frame",
-    "rebuild_remote_error",
     "write_frame",
 ]
 

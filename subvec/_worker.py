@@ -40,17 +40,22 @@ from subvec import _protocol as proto
 from subvec._block import bind_rows, slot_writers
 from subvec._bootstrap import Lifeline, adopt_registry, tie_to_parent
 from subvec._chunks import ChunkAttachment, run_chunk
-from subvec._gpus import gpu_environment
-from subvec._infos import InfoBlockWriter, to_columns
-from subvec._protocol import (
-    AttachSpec,
+from subvec._commands import (
+    CallPayload,
     Command,
     ErrorRecord,
+    ResetOptionsPayload,
+    ResetPayload,
+    SetAttrPayload,
     Status,
     StepEnvsPayload,
     UnitReply,
+    WorkerCounters,
     WorkerHello,
 )
+from subvec._gpus import gpu_environment
+from subvec._infos import InfoBlockWriter, to_columns
+from subvec._protocol import AttachSpec
 from subvec._shm import SharedBlock
 from subvec._slab import EnvSlab, SlabResult
 from subvec._starts import BuildFailure, StartGate, build_env, maybe_token
@@ -372,7 +377,7 @@ class _Server:
             reply = self._step_reply(result)
             return (Status.OK_PAYLOAD if reply else Status.OK), reply
         elif command is Command.RESET:
-            reset: proto.ResetPayload = proto.loads(payload)
+            reset: ResetPayload = proto.loads(payload)
             gate, self.first_reset_gate = self.first_reset_gate, None
             with maybe_token(gate):
                 result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
@@ -386,17 +391,17 @@ class _Server:
                 return Status.OK, b""
             return Status.OK_PAYLOAD, self._dump_some(result)
         elif command is Command.CALL:
-            call: proto.CallPayload = proto.loads(payload)
+            call: CallPayload = proto.loads(payload)
             results = slab.call(call.name, call.args, call.kwargs, call.envs, call.function)
             what = f"the result of {call.name!r}"
             called = range(len(slab.envs)) if call.envs is None else call.envs
             return Status.OK_PAYLOAD, self._dump_per_env(results, what, zip(called, results))
         elif command is Command.SET_ATTR:
-            set_attr: proto.SetAttrPayload = proto.loads(payload)
+            set_attr: SetAttrPayload = proto.loads(payload)
             slab.set_attr(set_attr.name, set_attr.values, set_attr.envs)
             return Status.OK, b""
         elif command is Command.SET_RESET_OPTIONS:
-            options: proto.ResetOptionsPayload = proto.loads(payload)
+            options: ResetOptionsPayload = proto.loads(payload)
             slab.set_reset_options(options.envs, options.options)
             return Status.OK, b""
         elif command is Command.ATTACH:
@@ -404,7 +409,7 @@ class _Server:
             return Status.OK, b""
         elif command is Command.STATS:
             env_steps = self.steps * len(slab.envs) + self.env_steps_some
-            counters = proto.WorkerCounters(env_steps, self.busy_s, self.waiting_s)
+            counters = WorkerCounters(env_steps, self.busy_s, self.waiting_s)
             return Status.OK_PAYLOAD, proto.dumps(counters)
         elif command is Command.CLOSE:
             slab.close()

@@ -32,8 +32,8 @@ from subvec import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from subvec._commands import CallPayload, Command, Status
 from subvec._inproc import InProcessVectorEnv
-from subvec._protocol import CallPayload, Command, Status
 from subvec._shm import SEGMENT_PREFIX, list_segments, remove_stale_segments
 from subvec.errors import RemoteTraceback
 from tests.envs import (

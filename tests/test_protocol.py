@@ -13,18 +13,20 @@ import numpy as np
 import pytest
 
 from subvec import _protocol as proto
-from subvec._commands import ChunkBlockSpec
-from subvec._protocol import (
-    HEADER,
+from subvec._commands import (
+    ChunkBlockSpec,
     Command,
     ErrorRecord,
     Status,
     StepEnvsPayload,
+    rebuild_remote_error,
+)
+from subvec._protocol import (
+    HEADER,
     dumps,
     finish_frame,
     loads,
     read_frame,
-    rebuild_remote_error,
     write_frame,
 )
 from subvec.errors import EnvError, RemoteEnvError, RemoteTraceback
