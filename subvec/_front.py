@@ -42,7 +42,7 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec._async import AsyncStepping
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
-from subvec._block import BatchViews
+from subvec._batch import BatchViews
 from subvec._calls import EnvCalls, EnvIds
 from subvec._chunk_front import ChunkStepping
 from subvec._commands import (
@@ -204,7 +204,7 @@ def _copy_nest(obs: Any) -> Any:
 
 
 def _view_nest(obs: Any) -> Any:
-    """A new view of each array of a batch in an observation slot (see _block.ObsSlots)."""
+    """A new view of each array of a batch in an observation slot (see _batch.ObsSlots)."""
     if isinstance(obs, np.ndarray):
         return obs.view()
     if isinstance(obs, dict):
@@ -1235,7 +1235,7 @@ class VectorFront(
                 self.single_observation_space, self._env_obs, self._observations
             )
             return deepcopy(self._observations) if self.copy else self._observations
-        if self._obs_slot:  # the caller's own batch (see _block.ObsSlots)
+        if self._obs_slot:  # the caller's own batch (see _batch.ObsSlots)
             obs = self._observations
             return obs.view() if type(obs) is np.ndarray else _view_nest(obs)
         return _copy_nest(self._observations) if self.copy else self._observations
@@ -1248,7 +1248,7 @@ class VectorFront(
         assert split is not None
         loose = split.loose_batches(self._env_obs, self._loose_out)
         slot = self._obs_slot
-        if slot:  # the caller's own batch (see _block.ObsSlots)
+        if slot:  # the caller's own batch (see _batch.ObsSlots)
             assert self._obs_slots is not None
             fixed = [leaf.view() for leaf in self._obs_slots.leaves[slot]]
         else:

@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec._block import BatchViews, plan_block
+from subvec._block import bind_batch, plan_block
 from subvec._chunks import ChunkViews
 from subvec._front import Hello, ObservationMode, VectorFront
 from subvec._local import LocalShare
@@ -91,7 +91,7 @@ class InProcessVectorEnv(VectorFront):
             views = layout_views(np.zeros(plan.layout.size, dtype=np.uint8), plan.layout)
             spec = plan.attach_spec("", self.num_envs, obs_space, act_space)
             local.bind(views, spec)
-            self._start([local], BatchViews.bind(views, plan, spec), plan.final_obs)
+            self._start([local], bind_batch(views, plan, spec), plan.final_obs)
         except BaseException:
             local.close(0.0, True)
             self._local = None

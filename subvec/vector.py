@@ -33,7 +33,7 @@ from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
-from subvec._block import BatchViews, BlockPlan, plan_block
+from subvec._block import BlockPlan, bind_batch, plan_block
 from subvec._bootstrap import registry_snapshot
 from subvec._commands import Command, StepEnvsPayload
 from subvec._failures import DEFAULT_MAX_RESTARTS
@@ -331,7 +331,7 @@ class SubprocVectorEnv(VectorFront):
         if self._local is not None:
             self._local.bind(views, spec)
             backends.append(self._local)
-        self._start(backends, BatchViews.bind(views, plan, spec), plan.final_obs)
+        self._start(backends, bind_batch(views, plan, spec), plan.final_obs)
 
     # --- the steady step ---------------------------------------------------------------------
 
