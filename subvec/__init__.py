@@ -28,7 +28,7 @@ General layout (lower layers never import higher ones):
     _pool, _local     backends: worker processes; the parent's own envs (parent_envs)
     _failures         the failure policy: raise, or restart and report
     _stats            per-worker statistics (stats()) and a process's resident memory
-    _recycle          recycling: workers replaced between episodes, and the front's hooks
+    _recycle          recycling: workers replaced between episodes (the front's Recycler)
     _state            the front's call states (shared with its mixins)
     _async, _calls    the front's mixins: send/recv stepping; call, get_attr, set_attr, render
     _chunk_front      the front's mixin for step_chunk (action chunks run inside the units)

@@ -60,7 +60,7 @@ class ChunkStepping:
     _needs_reset: np.ndarray
     _restarted: np.ndarray
     _any_restarted: bool
-    _recycling: Any
+    _recycler: Any
     #: the chunk block's views (None until the first chunk)
     _chunk_views: ChunkViews | None = None
 
@@ -116,9 +116,9 @@ class ChunkStepping:
             EnvError: an env raised (its type kept, naming the env and the sub-step).
             WorkerDiedError, WorkerTimeoutError: a unit died or did not answer in time.
         """
-        if self._state is not _State.IDLE or self._recycling is not None:
+        if self._state is not _State.IDLE or self._recycler is not None:
             self._begin_chunk()  # raises, naming step_chunk (step() checks the rest again)
-            if self._recycling is not None:
+            if self._recycler is not None:
                 raise ValueError(
                     "step_chunk is not available with recycle_every or worker_max_rss "
                     "(recycling counts episodes one step at a time); use step()"

@@ -7,10 +7,10 @@
                  ├── LocalShare (``_local``): the parent's own envs, run inside collect
                  └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
 
-Its mixins add asynchronous stepping (``_async``), calls and attributes (``_calls``) and
-recycling (``_recycle``); the call states are ``_state``. Its units and every replacement of
-one go through ``_units``; per-env results are read out of a unit's reply by ``_results``,
-for lock-step and async alike.
+Its mixins add asynchronous stepping (``_async``) and calls and attributes (``_calls``);
+recycling (``_recycle``) is a component it owns; the call states are ``_state``. Its units
+and every replacement of one go through ``_units``; per-env results are read out of a unit's
+reply by ``_results``, for lock-step and async alike.
 
 The front knows no pipes and no processes. Every fixed-size result of a call is already in the
 batch arrays when a unit answers (for the process backend those are views of the shared
@@ -57,7 +57,7 @@ from subvec._commands import (
 from subvec._failures import FailurePolicy, RestartRecord
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, Part, make_merger
-from subvec._recycle import RecyclingFront
+from subvec._recycle import RecyclePolicy, Recycler, RssReader
 from subvec._results import final_event
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
@@ -212,9 +212,7 @@ def _view_nest(obs: Any) -> Any:
     return tuple(_view_nest(v) for v in obs)
 
 
-class VectorFront(
-    ChunkStepping, AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, np.ndarray]
-):
+class VectorFront(ChunkStepping, AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) are in ``_async``."""
 
@@ -392,7 +390,23 @@ class VectorFront(
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
         self._start_async(batch)
-        self._start_recycling()
+        #: recycling, where the backend offers it (:meth:`_start_recycling`)
+        self._recycler: Recycler | None = None
+
+    def _start_recycling(self, policy: RecyclePolicy, rss_of: RssReader) -> None:
+        """Recycle workers as ``policy`` says (after :meth:`_start`); ``rss_of`` reads a
+        unit's resident memory."""
+        self._recycler = Recycler(
+            policy,
+            self._units,
+            self.num_envs,
+            self.autoreset_mode,
+            rss_of=rss_of,
+            build_timeout=self._build_timeout,
+            stored_options=self._stored_options,
+            fail=self._fail,
+            break_env=self._break,
+        )
 
     # --- failure policy ----------------------------------------------------------------------
 
@@ -411,6 +425,13 @@ class VectorFront(
         """Every worker replacement ``on_worker_failure="restart"`` made so far, oldest first,
         the ones that failed to start included (each counts against ``max_restarts``)."""
         return self._policy.restarts
+
+    @property
+    def recycles(self) -> list[RestartRecord]:
+        """Every worker replacement that recycling (``recycle_every``, ``worker_max_rss``) made,
+        oldest first; the reason says which and the pids, or ends with ``its replacement
+        failed: ...`` (none counts against ``max_restarts``)."""
+        return [] if self._recycler is None else self._recycler.records
 
     @property
     def rebuilds(self) -> list[RestartRecord]:
@@ -454,7 +475,7 @@ class VectorFront(
 
     def _begin_async(self, method: str) -> None:
         self._assert_is_running()
-        if self._recycling is not None:
+        if self._recycler is not None:
             raise ValueError(
                 f"{method}: asynchronous stepping is not available with recycle_every or "
                 "worker_max_rss (recycling keeps episode boundaries in lock-step); use "
@@ -733,8 +754,8 @@ class VectorFront(
         if mask is not None:
             for unit in rebuilt:
                 mask[unit.lo : unit.hi] = True  # fresh envs have no state to keep: reset them
-        if self._recycling is not None:
-            self._recycle_on_reset(seeds, mask)  # before the slot pick: the units change
+        if self._recycler is not None:  # before the slot pick: the units change
+            self._recycler.on_reset(seeds, mask, self.default_timeout)
         self._reset_request = (seeds, mask)
         self._reset_named = env_options
 
@@ -1063,8 +1084,8 @@ class VectorFront(
         elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
             payload = StepPayload(None, stored)
         self._prepare_step()
-        if self._recycling is not None:
-            self._recycle_before_step()  # their resets write into the slot just picked
+        if self._recycler is not None:  # their resets write into the slot just picked
+            self._recycler.before_step(self.default_timeout, into=self._answered)
         self._send(Command.STEP, payload, per_unit=per_unit)
 
     def _prepare_step(self) -> None:
@@ -1114,12 +1135,16 @@ class VectorFront(
             self._rewards[self._restarted] = 0.0
             self._terminations[self._restarted] = False
             self._truncations[self._restarted] = True
-        if self._recycling is not None:
-            self._count_episodes()
+        recycler = self._recycler
+        if recycler is not None:
+            restarted = self._restarted if self._any_restarted else None
+            recycler.count_episodes(self._rewards, self._terminations, self._truncations, restarted)
         if self._final_in_block:
             parts = self._with_final_obs(parts)
-        if self._recycling is not None:
-            parts = self._recycle_same_step(parts)
+        if recycler is not None:
+            parts = recycler.same_step(
+                parts, self._terminations, self._truncations, self.default_timeout
+            )
         obs = self._observations_out(parts)
         infos = self._merge_infos(parts)
         if self.autoreset_mode is AutoresetMode.DISABLED:  # only that mode refuses ended envs

@@ -54,7 +54,7 @@ from subvec._recycle import RecyclePolicy
 from subvec._shm import BlockLayout, SharedBlock
 from subvec._starts import BuildFailure, check_build_retries, check_max_concurrent_starts
 from subvec._state import _WAITING, _State
-from subvec._stats import WorkerStats, worker_stats
+from subvec._stats import WorkerStats, process_rss, worker_stats
 from subvec._threads import check_threads
 from subvec._topology import PlacementReport, plan_placement, usable_cpus
 from subvec._wake import FUTEX
@@ -296,7 +296,8 @@ class SubprocVectorEnv(VectorFront):
             and type(self._observations) is np.ndarray
             and recycling is None  # whose episode counts are kept on the general path
         )
-        self._recycling = recycling
+        if recycling is not None:
+            self._start_recycling(recycling, rss_of=lambda unit: process_rss(unit.pid))
 
     # --- construction ------------------------------------------------------------------------
 
