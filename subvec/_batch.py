@@ -6,7 +6,8 @@ observation batch and the action store. The process backend binds them to its sh
 plain arrays its actors' answers are copied into. Observation slots (:class:`ObsSlots`) are
 batches handed to the caller as views, picked by who still holds them. An action chunk's
 per-sub-step arrays come from the backend too (:class:`ChunkBlock`, made by a
-:class:`ChunkRooms`).
+:class:`ChunkRooms`; Ray's are :class:`PlainChunkRooms`, the process backend's a
+shared-memory segment, ``_chunks.BlockRooms``).
 
 Nothing here knows how the arrays are shared: the front imports this module, never the
 process backend's.
@@ -26,7 +27,14 @@ from subvec import _spaces
 from subvec._commands import ChunkBlockSpec
 from subvec._infos import InfoBlockReader
 
-__all__ = ["BatchViews", "ChunkBlock", "ChunkRooms", "ObsSlots"]
+__all__ = [
+    "BatchViews",
+    "ChunkBlock",
+    "ChunkRooms",
+    "ObsSlots",
+    "PlainChunkBlock",
+    "PlainChunkRooms",
+]
 
 
 class ObsSlots:
@@ -167,3 +175,50 @@ class ChunkRooms(Protocol):
     def drop(self) -> None:
         """Forget the arrays (the backend's close releases them)."""
         ...
+
+
+class PlainChunkBlock:
+    """A chunk's arrays in the front's own memory, for units that answer with theirs (Ray's
+    actors): rewards, flags and progress counts; the actions and every sub-step's
+    observation travel in the commands and replies."""
+
+    action_space: Space[Any] | None = None
+
+    def __init__(self, num_envs: int, capacity: int) -> None:
+        self.spec = ChunkBlockSpec(None, num_envs, capacity, False)
+        rows = num_envs * capacity
+        self._rewards = np.zeros(rows, dtype=np.float64)
+        self._terminations = np.zeros(rows, dtype=np.bool_)
+        self._truncations = np.zeros(rows, dtype=np.bool_)
+        self.steps = np.zeros(num_envs, dtype=np.int64)
+
+    def batch(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+        n = self.spec.num_envs
+        rows = n * chunk
+        return (
+            self._rewards[:rows].reshape(n, chunk),
+            self._terminations[:rows].reshape(n, chunk),
+            self._truncations[:rows].reshape(n, chunk),
+            None,
+        )
+
+    def actions(self, chunk: int) -> list[np.ndarray]:
+        raise ValueError("a chunk's actions travel in its commands here: there are no rows")
+
+
+class PlainChunkRooms:
+    """:class:`ChunkRooms` of :class:`PlainChunkBlock`: replaced by a larger one when a chunk
+    needs more sub-steps than the last held."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+        self.current: PlainChunkBlock | None = None
+
+    def room(self, chunk: int, all_obs: bool) -> PlainChunkBlock:
+        current = self.current
+        if current is None or current.spec.capacity < chunk:
+            current = self.current = PlainChunkBlock(self.num_envs, chunk)
+        return current
+
+    def drop(self) -> None:
+        self.current = None

@@ -42,9 +42,9 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec._async import AsyncStepping
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
-from subvec._batch import BatchViews
+from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._calls import EnvCalls, EnvIds
-from subvec._chunk_front import ChunkStepping
+from subvec._chunk_front import ChunkResults, ChunkStepper, PerUnit
 from subvec._commands import (
     Command,
     ResetOptionsPayload,
@@ -212,7 +212,7 @@ def _view_nest(obs: Any) -> Any:
     return tuple(_view_nest(v) for v in obs)
 
 
-class VectorFront(ChunkStepping, AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
+class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) are in ``_async``."""
 
@@ -392,6 +392,22 @@ class VectorFront(ChunkStepping, AsyncStepping, EnvCalls, VectorEnv[Any, Any, np
         self._start_async(batch)
         #: recycling, where the backend offers it (:meth:`_start_recycling`)
         self._recycler: Recycler | None = None
+        #: ``step_chunk``'s work; the chunk's arrays are the front's own unless the backend
+        #: keeps them (:meth:`_start_chunks`)
+        self._chunks = ChunkStepper(
+            n,
+            self.single_observation_space,
+            self.single_action_space,
+            self.autoreset_mode,
+            self.info_format,
+            self.copy,
+            PlainChunkRooms(n),
+        )
+
+    def _start_chunks(self, rooms: ChunkRooms) -> None:
+        """Keep action chunks' arrays where the backend's units read and write them (after
+        :meth:`_start`)."""
+        self._chunks.rooms = rooms
 
     def _start_recycling(self, policy: RecyclePolicy, rss_of: RssReader) -> None:
         """Recycle workers as ``policy`` says (after :meth:`_start`); ``rss_of`` reads a
@@ -1157,6 +1173,84 @@ class VectorFront(ChunkStepping, AsyncStepping, EnvCalls, VectorEnv[Any, Any, np
             infos,
         )
 
+    # --- action chunks -----------------------------------------------------------------------
+
+    def step_chunk(
+        self, actions: Any, stop_on_done: bool = False, all_obs: bool = False
+    ) -> ChunkResults:
+        """Run K actions of each env inside the units: one command per unit, K sub-steps
+        of each env, one reply.
+
+        Sub-step k of env i is exactly the k-th ``step()`` that env would have had, under
+        the vector env's ``autoreset_mode`` (NEXT_STEP: the sub-step after an episode end is
+        the reset step; SAME_STEP: the env resets at the ending sub-step). ``step`` and
+        ``step_chunk`` can be interleaved on one trajectory.
+
+        Args:
+            actions: the batch with a chunk axis after the env axis: ``(num_envs, K,
+                *single_action_space.shape)``, the same leading ``(num_envs, K)`` on every
+                leaf of a Dict/Tuple action; K >= 1 and may change between calls.
+            stop_on_done: an env whose episode ends at sub-step j executes none of its
+                later actions (their rewards 0, flags False); implied with
+                ``autoreset_mode=DISABLED``.
+            all_obs: return every sub-step's observation, ``(num_envs, K, *obs_shape)``
+                (per leaf), rows after an early stop repeating the env's last one; else
+                each env's observation after its last executed sub-step, as ``step()``.
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)``: rewards and flags
+            ``(num_envs, K)``; ``infos["chunk_steps"]`` the sub-steps each env executed, and
+            each info key with the chunk axis (``(num_envs, K, ...)``, masks ``(num_envs,
+            K)``; docs/api.md).
+
+        Raises:
+            ValueError, TypeError: the batch is not chunks of the action space (the message
+                names the expected and the given shape), ``all_obs`` with observations that
+                are not fixed-size, recycling configured, or (DISABLED) an ended env was not
+                reset; nothing is sent.
+            AlreadyPendingCallError: another call is pending, or envs are stepping
+                asynchronously (``drain()`` first).
+            EnvError: an env raised (its type kept, naming the env and the sub-step).
+            WorkerDiedError, WorkerTimeoutError: a unit died or did not answer in time.
+        """
+        if self._state is not _State.IDLE or self._recycler is not None:
+            self._begin_chunk()  # raises, naming step_chunk (step() checks the rest again)
+            if self._recycler is not None:
+                raise ValueError(
+                    "step_chunk is not available with recycle_every or worker_max_rss "
+                    "(recycling counts episodes one step at a time); use step()"
+                )
+        chunks = self._chunks
+        batch = chunks.check(actions, all_obs)
+        if batch.chunk == 1:
+            # One sub-step is one step(): the backends' quickest round trip, one command per
+            # unit all the same.
+            return chunks.one_step(batch, all_obs, self.step)
+        self._begin_chunk()
+        views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
+        self._prepare_step()
+        parts = self._chunk_exchange(per_unit) if same else None
+        if parts is None:
+            self._send(Command.STEP_ENVS, per_unit=per_unit)
+            self._state = _State.WAITING_CHUNK
+            parts = self._collect(_State.WAITING_CHUNK, None)
+        return chunks.results(
+            parts,
+            views,
+            batch.chunk,
+            all_obs,
+            observations=self._observations,
+            observations_out=self._observations_out,
+            restarted=self._restarted if self._any_restarted else None,
+            needs_reset=self._needs_reset,
+        )
+
+    def _chunk_exchange(self, per_unit: PerUnit) -> list[Part] | None:
+        """A backend's quick round trip for a chunk command that is the same for every unit
+        (the process backend's: the pool's per-step exchange, with the command's bytes); its
+        parts, or None where it does not apply (then the front's send and collect run)."""
+        return None
+
     # --- results -----------------------------------------------------------------------------
 
     def _pick_obs_slot(self) -> None:
@@ -1386,9 +1480,11 @@ class VectorFront(ChunkStepping, AsyncStepping, EnvCalls, VectorEnv[Any, Any, np
             "_final_obs_rows",
             "_info_block",
             "_obs_slots",
-            "_chunk_views",
         ):
             self.__dict__.pop(name, None)
+        chunks = self.__dict__.get("_chunks")
+        if chunks is not None:
+            chunks.drop_views()
         if getattr(self, "_obs_shared", False) or getattr(self, "_obs_split", None) is not None:
             self.__dict__.pop("_observations", None)
             self.__dict__.pop("_obs_fixed", None)
