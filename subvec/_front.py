@@ -68,7 +68,7 @@ from subvec._spaces import (
     per_env_actions,
     without_tensors,
 )
-from subvec._state import _ASYNC_NAME, _WAITING, _State
+from subvec._state import _ASYNC_NAME, _WAITING, _State, weak_method
 from subvec._units import Units
 from subvec.errors import BrokenVectorEnvError, add_note
 from subvec.proxy import RemoteProxy
@@ -418,10 +418,11 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             self.num_envs,
             self.autoreset_mode,
             rss_of=rss_of,
-            build_timeout=self._build_timeout,
-            stored_options=self._stored_options,
-            fail=self._fail,
-            break_env=self._break,
+            # weakly: the recycler is the front's, and a cycle would delay freeing it
+            build_timeout=weak_method(self._build_timeout),
+            stored_options=weak_method(self._stored_options),
+            fail=weak_method(self._fail),
+            break_env=weak_method(self._break),
         )
 
     # --- failure policy ----------------------------------------------------------------------

@@ -56,6 +56,15 @@ NOT_FOR_THE_FRONT = (
     "select",
 )
 
+#: Cycles whose fix is under way apart from this test (module pairs, in either order): a
+#: listed cycle still found passes, one gone fails until it is taken off the list.
+KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
+    {
+        # the reset options' types live in _front, which needs _async's mixin
+        frozenset({"subvec._async", "subvec._front"}),
+    }
+)
+
 PACKAGE_DIR = Path(subvec.__file__).parent
 
 
@@ -97,12 +106,18 @@ def _is_package(name: str) -> bool:
 
 
 def _imports(name: str) -> Iterator[tuple[str, int]]:
-    """Every module ``name`` imports, with the line: absolute names, relative ones resolved;
-    ``from P import m`` yields ``P.m`` too where that is a module of ours."""
+    """Every module ``name`` imports, with the line (see :func:`_imports_in`)."""
     path = _file_of(name)
     assert path is not None, name
     package = name if _is_package(name) else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    return _imports_in(path.read_text(), package, str(path))
+
+
+def _imports_in(source: str, package: str, where: str = "<source>") -> Iterator[tuple[str, int]]:
+    """Every module ``source`` (a module of ``package``) imports, anywhere in it, with the
+    line: absolute names, relative ones resolved; ``from P import m`` yields ``P.m`` too
+    where that is a module of ours."""
+    for node in ast.walk(ast.parse(source, where)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
@@ -122,6 +137,22 @@ def _imports(name: str) -> Iterator[tuple[str, int]]:
 
 def _within(module: str, room: str) -> bool:
     return module == room or module.startswith(room + ".")
+
+
+def test_every_import_counts() -> None:
+    source = """
+from typing import TYPE_CHECKING
+import select
+if TYPE_CHECKING:
+    from subvec._shm import BlockLayout
+def later():
+    import multiprocessing.connection
+    from .. import _pool
+    from ._x import y
+"""
+    found = {name for name, _ in _imports_in(source, "subvec._front")}
+    assert {"select", "subvec._shm", "multiprocessing.connection"} <= found
+    assert {"subvec._pool", "subvec._front._x"} <= found  # relative, from a package's module
 
 
 def _front_modules() -> list[str]:
@@ -150,6 +181,33 @@ def test_the_front_imports_no_process_or_ray_module(module: str) -> None:
     assert not wrong, f"{module} imports what the front may not: {wrong}"
 
 
+def test_the_front_reaches_no_process_or_ray_module_through_another() -> None:
+    # The shared modules the front imports (the vocabulary, the spaces, the batch arrays...)
+    # must not lead back into a backend either, type-only imports included.
+    graph = _graph()
+    came_from: dict[str, str] = {m: m for m in _front_modules()}
+    todo = list(came_from)
+    while todo:
+        module = todo.pop()
+        for imported in graph[module]:
+            if imported not in came_from:
+                came_from[imported] = module
+                todo.append(imported)
+
+    def path(module: str) -> str:
+        chain = [module]
+        while came_from[chain[-1]] != chain[-1]:
+            chain.append(came_from[chain[-1]])
+        return " -> ".join(reversed(chain))
+
+    wrong = [
+        path(m)
+        for m in sorted(came_from)
+        if any(_within(m, room) for room in NOT_FOR_THE_FRONT if room.startswith("subvec."))
+    ]
+    assert not wrong, "the front reaches a backend's module:\n" + "\n".join(wrong)
+
+
 def _graph() -> dict[str, set[str]]:
     """Module -> the modules of ours it imports. Importing ``a.b.c`` runs ``a`` and ``a.b``
     first, so those count too, except a package the importer is inside (it is running)."""
@@ -167,14 +225,14 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle through each strongly connected component of more than one module
-    (Tarjan's algorithm, iterative)."""
+def _components(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module: each is one cycle or
+    more (Tarjan's algorithm, iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    components: list[list[str]] = []
+    components: list[set[str]] = []
     for root in sorted(graph):
         if root in index:
             continue
@@ -207,8 +265,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                     if member == node:
                         break
                 if len(component) > 1:
-                    components.append(sorted(component))
-    return [_cycle_in(graph, set(c)) for c in components]
+                    components.append(set(component))
+    return components
 
 
 def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
@@ -229,12 +287,22 @@ def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 
 def test_the_cycle_finder_finds_cycles() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
-    assert _cycles(graph) == [["a", "b", "c", "a"]]
-    assert _cycles({"a": {"b"}, "b": set()}) == []
+    assert _components(graph) == [{"a", "b", "c"}]
+    assert _cycle_in(graph, {"a", "b", "c"}) == ["a", "b", "c", "a"]
+    graph["c"].add("b")
+    assert _cycle_in(graph, {"a", "b", "c"}) == ["a", "b", "c", "a"]
+    assert _components({"a": {"b"}, "b": set()}) == []
 
 
 def test_no_import_cycle() -> None:
     graph = _graph()
     assert graph.get("subvec._front")  # the graph was read
-    cycles = [" -> ".join(c) for c in _cycles(graph)]
-    assert not cycles, "import cycles (type-only ones included):\n" + "\n".join(cycles)
+    components = _components(graph)
+    new = [
+        " -> ".join(_cycle_in(graph, c)) + f" (modules in cycles together: {sorted(c)})"
+        for c in components
+        if frozenset(c) not in KNOWN_CYCLES
+    ]
+    assert not new, "import cycles (type-only ones included):\n" + "\n".join(new)
+    gone = [sorted(k) for k in KNOWN_CYCLES if k not in {frozenset(c) for c in components}]
+    assert not gone, f"no longer a cycle, take it off KNOWN_CYCLES: {gone}"
