@@ -8,16 +8,18 @@
                  └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
 
 Its mixins add asynchronous stepping (``_async``) and calls and attributes (``_calls``);
-recycling (``_recycle``) is a component it owns; the call states are ``_state``. Its units
-and every replacement of one go through ``_units``; per-env results are read out of a unit's
-reply by ``_results``, for lock-step and async alike.
+recycling (``_recycle``) and action chunks (``_chunk_front``) are components it owns, which
+hold no strong reference to it; the call states are ``_state``. Its units and every replacement of
+one go through ``_units``; per-env results are read out of a unit's reply by ``_results``,
+for lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
 
-The front knows no pipes and no processes. Every fixed-size result of a call is already in the
-batch arrays when a unit answers (for the process backend those are views of the shared
-block); a unit that has more to say (infos, observations that travel by value, call results,
-an env's exception) answers with an outcome, and the front assembles them in env order, as
-SyncVectorEnv would. A subclass builds the backends and binds the batch arrays
-(:meth:`_start`), then every call below works the same over any set of backends.
+The front knows no pipes and no processes (tests/test_rooms.py holds it to that). Every
+fixed-size result of a call is already in the batch arrays when a unit answers (for the
+process backend those are views of the shared block); a unit that has more to say (infos,
+observations that travel by value, call results, an env's exception) answers with an
+outcome, and the front assembles them in env order, as SyncVectorEnv would. A subclass
+builds the backends and binds the batch arrays (:meth:`_start`), then every call below works
+the same over any set of backends.
 """
 
 from __future__ import annotations
