@@ -284,6 +284,7 @@ class BlockRooms:
         return self.views
 
     def drop(self) -> None:
+        """Forget the block's views (the backend's release closes the block)."""
         self.views = None
 
 
