@@ -11,6 +11,7 @@ General layout (lower layers never import higher ones):
     _seeding          seed -> per-env seeds
     _slab             EnvSlab: stepping k envs in-process, action chunks too (no multiprocessing)
     _infos, _merge    infos on the wire and in the block; one merger per info_format
+    _batch            the batch arrays the front reads, whichever backend made them
     _block            the block's schema: regions, observation slots, row binding (both sides)
     _chunks           the chunk block (per-sub-step results) and one chunk run on a unit
     _plan             the process layout: workers, env ranges, spin, partner (a pure function)
@@ -28,10 +29,10 @@ General layout (lower layers never import higher ones):
     _pool, _local     backends: worker processes; the parent's own envs (parent_envs)
     _failures         the failure policy: raise, or restart and report
     _stats            per-worker statistics (stats()) and a process's resident memory
-    _recycle          recycling: workers replaced between episodes, and the front's hooks
+    _recycle          recycling: workers replaced between episodes (the front's Recycler)
     _state            the front's call states (shared with its mixins)
     _async, _calls    the front's mixins: send/recv stepping; call, get_attr, set_attr, render
-    _chunk_front      the front's mixin for step_chunk (action chunks run inside the units)
+    _chunk_front      step_chunk's component of the front (action chunks run inside the units)
     _pickling         what travels by value to a worker or actor (cloudpickle, file names kept)
     _front            the gymnasium VectorEnv contract over backends
     vector            SubprocVectorEnv: the process backend's public class

@@ -31,7 +31,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import Backend, Failure, Outcome, Unit
-from subvec._block import BatchViews, ObsSlots
+from subvec._batch import BatchViews, ObsSlots
 from subvec._calls import checked_env_ids
 from subvec._commands import (
     Command,

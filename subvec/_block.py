@@ -1,9 +1,10 @@
 """The shared block's schema: which regions it holds, and how each side binds its rows.
 
 This module is the one owner of the block's layout. The parent plans it (:func:`plan_block`)
-and binds the whole batch (:class:`BatchViews`); a worker, and the parent for its own envs
-(``parent_envs``), bind rows ``lo..hi`` with the same function (:func:`bind_rows`), so the two
-sides cannot disagree on a region's name, shape or meaning.
+and binds the whole batch (:func:`bind_batch`, as the front's ``_batch.BatchViews``); a
+worker, and the parent for its own envs (``parent_envs``), bind rows ``lo..hi`` with the same
+function (:func:`bind_rows`), so the two sides cannot disagree on a region's name, shape or
+meaning.
 
 Regions (``n`` envs; leaves of a Dict/Tuple space are numbered in ``_spaces.leaf_specs`` order):
 
@@ -17,7 +18,7 @@ Regions (``n`` envs; leaves of a Dict/Tuple space are numbered in ``_spaces.leaf
     final_obs (n, *shape)              SAME_STEP, one leaf: ended envs' final observations
     obs<k>_slot1..obs<k>_slotS         extra observation batches (every leaf k in the block)
     obs_slot                           and the cell naming the one each command writes (see
-                                       :class:`ObsSlots`)
+                                       ``_batch.ObsSlots``)
     info_values, info_flags, info_schema   steady scalar infos (see ``_infos``)
     wake, wake_cmd, wake_mark          the futex protocol's words (see ``_wake``)
 """
@@ -26,13 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from sys import getrefcount
 from typing import Any
 
 import numpy as np
 from gymnasium import Space
 
 from subvec import _spaces, _wake
+from subvec._batch import BatchViews, ObsSlots
 from subvec._infos import InfoBlockReader, info_block_regions
 from subvec._protocol import AttachSpec
 from subvec._shm import BlockLayout, has_free_space
@@ -44,9 +45,9 @@ __all__ = [
     "OBS_SLOT_MAX_BYTES",
     "OBS_SLOT_MIN_BYTES",
     "ActionRegions",
-    "BatchViews",
     "BlockPlan",
-    "ObsSlots",
+    "bind_batch",
+    "bind_obs_slots",
     "bind_rows",
     "plan_block",
     "slot_writers",
@@ -314,7 +315,7 @@ class ActionRegions:
 
 
 def _row_setter(regions: ActionRegions) -> Callable[[np.ndarray, Any], bool] | None:
-    """``store_rows(env_ids, actions)`` for a one-leaf action space (see ``BatchViews``)."""
+    """``store_rows(env_ids, actions)`` for a one-leaf action space (see ``_batch.BatchViews``)."""
     leaves = regions.leaves
     if len(leaves) != 1 or leaves[0].path:
         return None
@@ -385,133 +386,46 @@ def slot_writers(
     return writers, memoryview(views[OBS_SLOT_CELL])  # type: ignore[arg-type]
 
 
-class ObsSlots:
-    """The parent's side of the observation slots: which batch the next command writes.
-
-    ``step`` hands the caller a view of slot 1..S instead of a copy of the block (a Pong batch
-    of 8 envs: ~20 us of copying, on the CPU the partner steps on). Every view of a slot, and
-    whatever keeps one alive (a torch tensor from ``from_numpy``, a slice), holds a reference
-    to the slot's root array, so the root's refcount says whether the caller still holds
-    anything of it. Only a slot back at its free count is written again. If the caller holds
-    them all, the workers write slot 0 and the batch is copied out, as without slots.
-
-    A Dict/Tuple batch has a root per leaf, and a slot is free only when every leaf's is: a
-    caller keeping one camera of a batch keeps the whole slot.
-    """
-
-    def __init__(self, views: dict[str, np.ndarray], slots: int, space: Space[Any]) -> None:
-        n = len(views[REWARDS])
-        count = len(_spaces.fixed_leaves(space))
-        #: each slot's leaves, slot 0 (the one copied out) first
-        self.leaves = [[views[_slot(k, s)] for k in range(count)] for s in range(slots + 1)]
-        #: the batches (nests for Dict/Tuple spaces)
-        self.batches = [
-            _leaf_views(views, lambda k, s=s: _slot(k, s), space, 0, n)  # type: ignore[misc]
-            for s in range(slots + 1)
-        ]
-        #: the arrays their views hang from: one per slot (see :meth:`_roots`)
-        self.roots = self._roots()
-        self.cell = memoryview(views[OBS_SLOT_CELL])  # type: ignore[arg-type]
-        # Held by nobody but us (each leaf's root is held as often: its region's view, our
-        # list, the batch's view of it)
-        self.free = getrefcount(self.leaves[1][0].base)
-
-    @staticmethod
-    def bind(views: dict[str, np.ndarray], slots: int, space: Space[Any]) -> ObsSlots:
-        """The slots of ``space``'s batches: one leaf, or a Dict/Tuple nest of them."""
-        if len(_spaces.fixed_leaves(space)) == 1:
-            return ObsSlots(views, slots, space)
-        return _NestSlots(views, slots, space)
-
-    def _roots(self) -> list[Any]:
-        return [leaves[0].base for leaves in self.leaves]
-
-    def pick(self) -> int:
-        """Name the first slot the caller holds nothing of in the cell, and return it."""
-        roots, free = self.roots, self.free
-        for slot in range(1, len(roots)):
-            if getrefcount(roots[slot]) == free:
-                break
-        else:
-            slot = 0
-        self.cell[0] = slot
-        return slot
+def bind_obs_slots(views: dict[str, np.ndarray], slots: int, space: Space[Any]) -> ObsSlots:
+    """The parent's side of the observation slots (``slots`` of them besides slot 0) of
+    ``space``'s batches: one leaf, or a Dict/Tuple nest of them (see ``_batch.ObsSlots``)."""
+    n = len(views[REWARDS])
+    count = len(_spaces.fixed_leaves(space))
+    leaves = [[views[_slot(k, s)] for k in range(count)] for s in range(slots + 1)]
+    batches = [
+        _leaf_views(views, lambda k, s=s: _slot(k, s), space, 0, n)  # type: ignore[misc]
+        for s in range(slots + 1)
+    ]
+    return ObsSlots.of(leaves, batches, memoryview(views[OBS_SLOT_CELL]))  # type: ignore[arg-type]
 
 
-class _NestSlots(ObsSlots):
-    """The slots of a Dict/Tuple batch: a slot is free when none of its leaves is held."""
-
-    def _roots(self) -> list[Any]:
-        return [[leaf.base for leaf in leaves] for leaves in self.leaves]
-
-    def pick(self) -> int:
-        free = self.free
-        for slot in range(1, len(self.roots)):
-            roots = self.roots[slot]
-            # roots[k] counted as a temporary, as the free count was (a loop variable
-            # would hold one more reference)
-            if all(getrefcount(roots[k]) == free for k in range(len(roots))):
-                break
-        else:
-            slot = 0
-        self.cell[0] = slot
-        return slot
-
-
-@dataclass
-class BatchViews:
-    """The parent's views of the whole batch in the block."""
-
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
-    #: ``store(actions)``: validate a batch of actions and write it, saying how (see
-    #: ``_spaces.batch_setter``); None when the action space travels by value
-    store_actions: Callable[[Any], _spaces.Stored] | None
-    #: ``store_rows(env_ids, actions) -> bool``: asynchronous stepping's store of a few envs'
-    #: actions in their rows, for the common case only (one leaf, an ndarray of exactly
-    #: ``(len(env_ids), *shape)`` in the space's dtype); False: nothing written, they travel
-    #: by value. None when the action space travels by value
-    store_action_rows: Callable[[np.ndarray, Any], bool] | None
-    #: ``read_action(env)``: env ``env``'s action in the block, as its worker reads it
-    read_action: Callable[[int], Any] | None
-    #: the observation batch (a nest for Dict/Tuple; a split nest's other leaves are None),
-    #: or None when observations travel by value
-    observations: Any
-    final_obs_rows: np.ndarray | None
-    info_block: InfoBlockReader | None
-    obs_slots: ObsSlots | None
-    #: a split nest's fixed-size leaves in the block, and the split (None: not split)
-    obs_leaves: list[np.ndarray] | None = None
-    obs_split: _spaces.ObsSplit | None = None
-
-    @classmethod
-    def bind(cls, views: dict[str, np.ndarray], plan: BlockPlan, spec: AttachSpec) -> BatchViews:
-        n = spec.num_envs
-        store = store_rows = read_action = observations = None
-        leaves = split = None
-        if spec.action_space is not None:
-            regions = ActionRegions(views, spec.action_space, n)
-            store = _spaces.batch_setter(spec.action_space, regions.view, n)
-            store_rows = _row_setter(regions)
-            read_action = regions.reader(None, 0, n)
-        space = spec.observation_space
-        if space is not None:
-            observations = _leaf_views(views, _obs, space, 0, n)
-            if plan.obs_split:
-                split = _spaces.ObsSplit(space)
-                leaves = _leaf_rows(views, _obs, space, 0, n)
-        return cls(
-            rewards=views[REWARDS],
-            terminations=views[TERMINATIONS],
-            truncations=views[TRUNCATIONS],
-            store_actions=store,
-            store_action_rows=store_rows,
-            read_action=read_action,
-            observations=observations,
-            final_obs_rows=views[FINAL_OBS] if plan.final_obs else None,
-            info_block=InfoBlockReader(views, n) if plan.info_block else None,
-            obs_slots=ObsSlots.bind(views, plan.obs_slots, space) if plan.obs_slots else None,
-            obs_leaves=leaves,
-            obs_split=split,
-        )
+def bind_batch(views: dict[str, np.ndarray], plan: BlockPlan, spec: AttachSpec) -> BatchViews:
+    """The parent's views of the whole batch in the block (``views``: its regions)."""
+    n = spec.num_envs
+    store = store_rows = read_action = observations = None
+    leaves = split = None
+    if spec.action_space is not None:
+        regions = ActionRegions(views, spec.action_space, n)
+        store = _spaces.batch_setter(spec.action_space, regions.view, n)
+        store_rows = _row_setter(regions)
+        read_action = regions.reader(None, 0, n)
+    space = spec.observation_space
+    if space is not None:
+        observations = _leaf_views(views, _obs, space, 0, n)
+        if plan.obs_split:
+            split = _spaces.ObsSplit(space)
+            leaves = _leaf_rows(views, _obs, space, 0, n)
+    return BatchViews(
+        rewards=views[REWARDS],
+        terminations=views[TERMINATIONS],
+        truncations=views[TRUNCATIONS],
+        store_actions=store,
+        store_action_rows=store_rows,
+        read_action=read_action,
+        observations=observations,
+        final_obs_rows=views[FINAL_OBS] if plan.final_obs else None,
+        info_block=InfoBlockReader(views, n) if plan.info_block else None,
+        obs_slots=bind_obs_slots(views, plan.obs_slots, space) if plan.obs_slots else None,
+        obs_leaves=leaves,
+        obs_split=split,
+    )

@@ -1,7 +1,8 @@
 """Action chunks on the front: ``step_chunk``, over every backend.
 
     step_chunk(actions)  check the batch of chunks (nothing is sent if it is wrong)
-                         make room in the chunk block (``_chunks``), zero its progress counts
+                         room for the chunk's arrays (the backend's ``_batch.ChunkRooms``:
+                         the process backend's chunk block), zero their progress counts
                          the core's step command to every unit: its envs, K sub-steps
                          (STEP_ENVS with substeps = K), stop_on_done, all_obs, the block
     collect              the front's one wait: failures and the failure policy as for a step
@@ -12,6 +13,10 @@
 The units run the sub-steps (``EnvSlab.step_chunk``): one command and one reply per unit per
 chunk. The autoreset bookkeeping (DISABLED's refusal of ended envs) reads as after the
 ``step()`` calls the chunk stands for.
+
+:class:`ChunkStepper` is a component of the front: it holds named references to the front's
+hooks it calls (the state checks, the restart bookkeeping, the round trip, the observation
+batch) and to the backend's chunk arrays, and none to the front itself.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from copy import deepcopy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from gymnasium import Space
@@ -27,123 +32,88 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _spaces
-from subvec._chunks import ChunkViews, capacity_for, plan_chunk_block
-from subvec._commands import ChunkBlockSpec, Command, StepEnvsPayload, UnitReply
+from subvec._batch import ChunkBlock, ChunkRooms
+from subvec._commands import StepEnvsPayload, UnitReply
 from subvec._infos import as_events
 from subvec._merge import Part, merge_chunk_infos, with_chunk_axis
-from subvec._shm import BlockLayout
-from subvec._state import _State
 
-__all__ = ["ChunkStepping"]
+__all__ = ["ChunkResults", "ChunkStepper", "PerUnit"]
 
 ChunkResults = tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]
+#: ``per_unit(unit)``: a unit's chunk command
+PerUnit = Callable[[Any], StepEnvsPayload]
 
 
-class ChunkStepping:
-    """``step_chunk`` for :class:`subvec._front.VectorFront` (a mixin: it uses the front's
-    units, sending and collecting, batch arrays and state)."""
+class ChunkStepper:
+    """``step_chunk``'s work for :class:`subvec._front.VectorFront`, whose ``step_chunk``
+    drives it: the front checks its state, sends and collects; this checks the batch, loads
+    the chunk's arrays and builds the results. It holds the vector env's settings and the
+    backend's chunk arrays, and no reference to the front (what a call needs of the front's
+    state is handed to it).
 
-    # The front's, declared for the type checker.
-    num_envs: int
-    autoreset_mode: AutoresetMode
-    info_format: str
-    copy: bool
-    single_observation_space: Space[Any]
-    single_action_space: Space[Any]
-    _state: Any
-    _observations: Any
-    _obs_shared: bool
-    _obs_split: Any
-    _rewards: np.ndarray
-    _terminations: np.ndarray
-    _truncations: np.ndarray
-    _needs_reset: np.ndarray
-    _restarted: np.ndarray
-    _any_restarted: bool
-    _recycling: Any
-    #: the chunk block's views (None until the first chunk)
-    _chunk_views: ChunkViews | None = None
+    Args:
+        num_envs, single_observation_space, single_action_space, autoreset_mode,
+            info_format, copy: the vector env's.
+        rooms: the backend's chunk arrays.
+    """
 
-    if TYPE_CHECKING:  # the front's methods
+    def __init__(
+        self,
+        num_envs: int,
+        single_observation_space: Space[Any],
+        single_action_space: Space[Any],
+        autoreset_mode: AutoresetMode,
+        info_format: str,
+        copy: bool,
+        rooms: ChunkRooms,
+    ) -> None:
+        self.num_envs = num_envs
+        self.single_observation_space = single_observation_space
+        self.single_action_space = single_action_space
+        self.autoreset_mode = autoreset_mode
+        self.info_format = info_format
+        self.copy = copy
+        self.rooms = rooms
 
-        def _begin_chunk(self) -> None: ...
+    def drop_views(self) -> None:
+        """Forget the chunk arrays (the backend releases them as it closes)."""
+        self.rooms.drop()
 
-        def _prepare_step(self) -> None: ...
-
-        def _send(self, command: Command, payload: Any = None, per_unit: Any = None) -> None: ...
-
-        def _collect(self, state: _State, timeout: float | None) -> list[Part]: ...
-
-        def _observations_out(self, parts: Sequence[Part]) -> Any: ...
-
-        def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]: ...
-
-    def step_chunk(
-        self, actions: Any, stop_on_done: bool = False, all_obs: bool = False
-    ) -> ChunkResults:
-        """Run K actions of each env inside the units: one command per unit, K sub-steps
-        of each env, one reply.
-
-        Sub-step k of env i is exactly the k-th ``step()`` that env would have had, under
-        the vector env's ``autoreset_mode`` (NEXT_STEP: the sub-step after an episode end is
-        the reset step; SAME_STEP: the env resets at the ending sub-step). ``step`` and
-        ``step_chunk`` can be interleaved on one trajectory.
-
-        Args:
-            actions: the batch with a chunk axis after the env axis: ``(num_envs, K,
-                *single_action_space.shape)``, the same leading ``(num_envs, K)`` on every
-                leaf of a Dict/Tuple action; K >= 1 and may change between calls.
-            stop_on_done: an env whose episode ends at sub-step j executes none of its
-                later actions (their rewards 0, flags False); implied with
-                ``autoreset_mode=DISABLED``.
-            all_obs: return every sub-step's observation, ``(num_envs, K, *obs_shape)``
-                (per leaf), rows after an early stop repeating the env's last one; else
-                each env's observation after its last executed sub-step, as ``step()``.
-
-        Returns:
-            ``(observations, rewards, terminations, truncations, infos)``: rewards and flags
-            ``(num_envs, K)``; ``infos["chunk_steps"]`` the sub-steps each env executed, and
-            each info key with the chunk axis (``(num_envs, K, ...)``, masks ``(num_envs,
-            K)``; docs/api.md).
+    def check(self, actions: Any, all_obs: bool) -> _spaces.ChunkBatch:
+        """The batch of chunks, checked (see the front's ``step_chunk`` for what it must be).
 
         Raises:
-            ValueError, TypeError: the batch is not chunks of the action space (the message
-                names the expected and the given shape), ``all_obs`` with observations that
-                are not fixed-size, recycling configured, or (DISABLED) an ended env was not
-                reset; nothing is sent.
-            AlreadyPendingCallError: another call is pending, or envs are stepping
-                asynchronously (``drain()`` first).
-            EnvError: an env raised (its type kept, naming the env and the sub-step).
-            WorkerDiedError, WorkerTimeoutError: a unit died or did not answer in time.
+            ValueError, TypeError: it is not chunks of the action space, or ``all_obs`` with
+                observations that are not fixed-size.
         """
-        if self._state is not _State.IDLE or self._recycling is not None:
-            self._begin_chunk()  # raises, naming step_chunk (step() checks the rest again)
-            if self._recycling is not None:
-                raise ValueError(
-                    "step_chunk is not available with recycle_every or worker_max_rss "
-                    "(recycling counts episodes one step at a time); use step()"
-                )
-        batch = self._chunk_checker(actions)
+        batch = self._checker(actions)
         if all_obs and not _spaces.is_shareable(self.single_observation_space):
             raise ValueError(
                 "all_obs needs a fixed-size observation space (Box, Discrete, MultiDiscrete, "
                 f"MultiBinary, or Dict/Tuple nests of them); the envs' is "
                 f"{self.single_observation_space}"
             )
+        return batch
+
+    def load(
+        self, batch: _spaces.ChunkBatch, stop_on_done: bool, all_obs: bool
+    ) -> tuple[ChunkBlock, PerUnit, bool]:
+        """Room for a chunk of ``batch.chunk`` sub-steps, its progress counts zeroed and its
+        actions stored where the units read them.
+
+        Returns:
+            ``(views, per_unit, same)``: the chunk's arrays, each unit's command, and whether
+            that command is the same for every unit of a size (the actions in the arrays).
+        """
         chunk = batch.chunk
-        if chunk == 1:
-            # One sub-step is one step(): the backends' quickest round trip, one command per
-            # unit all the same.
-            return self._one_step_chunk(batch, all_obs)
-        self._begin_chunk()
-        views = self._chunk_room(chunk, all_obs)
+        views = self.rooms.room(chunk, all_obs)
         views.steps[:] = 0  # the progress counts: a unit lost mid-chunk leaves its own
         spec = views.spec
         leaves = batch.leaves
         in_block = views.action_space is not None and (
-            leaves[0].dtype == self._chunk_leaves[0].dtype
+            leaves[0].dtype == self._leaves[0].dtype
             if len(leaves) == 1
-            else all(leaf.dtype == s.dtype for leaf, s in zip(leaves, self._chunk_leaves))
+            else all(leaf.dtype == s.dtype for leaf, s in zip(leaves, self._leaves))
         )
         if in_block:
             for target, leaf in zip(views.actions(chunk), leaves):
@@ -163,23 +133,22 @@ class ChunkStepping:
             rows = batch.rows(unit.lo, unit.hi).leaves
             return StepEnvsPayload(range(size), rows, chunk, stop_on_done, all_obs, spec)
 
-        self._prepare_step()
-        parts = self._chunk_exchange(per_unit) if in_block else None
-        if parts is None:
-            self._send(Command.STEP_ENVS, per_unit=per_unit)
-            self._state = _State.WAITING_CHUNK
-            parts = self._collect(_State.WAITING_CHUNK, None)
-        return self._chunk_results(parts, views, chunk, all_obs)
+        return views, per_unit, in_block
 
-    def _one_step_chunk(self, batch: _spaces.ChunkBatch, all_obs: bool) -> ChunkResults:
-        """A chunk of one sub-step as the ``step()`` it stands for, its results given the
-        chunk axis."""
+    def one_step(
+        self,
+        batch: _spaces.ChunkBatch,
+        all_obs: bool,
+        step: Callable[[Any], ChunkResults],
+    ) -> ChunkResults:
+        """A chunk of one sub-step as the ``step()`` it stands for (the front's ``step``),
+        its results given the chunk axis."""
         leaves = batch.leaves
-        if len(leaves) == 1 and not self._chunk_leaves[0].path:
+        if len(leaves) == 1 and not self._leaves[0].path:
             actions: Any = leaves[0][:, 0]
         else:
             actions = _spaces.build_views(self.single_action_space, (f[:, 0] for f in leaves))
-        obs, rewards, terms, truncs, infos = self.step(actions)
+        obs, rewards, terms, truncs, infos = step(actions)
         if all_obs:
             obs = _with_axis(obs)
         if self.info_format == "list":
@@ -187,84 +156,61 @@ class ChunkStepping:
         else:
             if infos:
                 infos = with_chunk_axis(infos, self.num_envs, 1)
-            infos["chunk_steps"] = self._chunk_ones.copy()
+            infos["chunk_steps"] = self._ones.copy()
         return obs, rewards[:, None], terms[:, None], truncs[:, None], infos
 
-    # --- the chunk block -----------------------------------------------------------------
-
-    def _chunk_exchange(self, per_unit: Callable[[Any], StepEnvsPayload]) -> list[Part] | None:
-        """A backend's quick round trip for a chunk command that is the same for every unit
-        (the process backend's: the pool's per-step exchange, with the command's bytes); its
-        parts, or None where it does not apply (then the front's send and collect run)."""
-        return None
-
     @functools.cached_property
-    def _chunk_leaves(self) -> list[_spaces.LeafSpec]:
+    def _leaves(self) -> list[_spaces.LeafSpec]:
         return _spaces.leaf_specs(self.single_action_space)
 
     @functools.cached_property
-    def _chunk_rows(self) -> np.ndarray:
+    def _rows(self) -> np.ndarray:
         return np.arange(self.num_envs)
 
     @functools.cached_property
-    def _chunk_checker(self) -> _spaces.ChunkChecker:
+    def _checker(self) -> _spaces.ChunkChecker:
         return _spaces.ChunkChecker(self.single_action_space, self.num_envs)
 
     @functools.cached_property
-    def _chunk_ones(self) -> np.ndarray:
+    def _ones(self) -> np.ndarray:
         return np.ones(self.num_envs, dtype=np.int64)
-
-    def _chunk_act_rows(self) -> bool:
-        """Whether the chunk's actions go to the chunk block (else they travel in the
-        commands): the process backend's."""
-        return False
-
-    def _chunk_obs_rows(self) -> bool:
-        """Whether the units write every sub-step's observation into the chunk block (else
-        they send them by value): the process backend's, with observations in its block."""
-        return False
-
-    def _new_chunk_block(self, layout: BlockLayout) -> tuple[str | None, dict[str, np.ndarray]]:
-        """A chunk block of ``layout``: its name and views. Here, arrays of the front's own
-        (a backend whose units return their arrays: Ray); the process backend's is a
-        shared-memory segment."""
-        views = {r.name: np.zeros(r.shape, dtype=r.dtype) for r in layout.regions}
-        return None, views
-
-    def _chunk_room(self, chunk: int, all_obs: bool) -> ChunkViews:
-        """The chunk block, replaced by a larger one when it cannot hold ``chunk`` sub-steps
-        (or, with ``all_obs``, their observations)."""
-        obs_rows = all_obs and self._chunk_obs_rows()
-        if self._chunk_views is not None:
-            spec = self._chunk_views.spec
-            if spec.capacity >= chunk and (spec.obs_rows or not obs_rows):
-                return self._chunk_views
-            obs_rows = obs_rows or spec.obs_rows
-            chunk = max(chunk, spec.capacity)
-        # (no view of the old block is held here: it unmaps as it is replaced)
-        capacity = capacity_for(chunk)
-        space = self.single_observation_space if obs_rows else None
-        actions = self.single_action_space if self._chunk_act_rows() else None
-        layout = plan_chunk_block(self.num_envs, capacity, space, actions)
-        name, raw = self._new_chunk_block(layout)
-        spec = ChunkBlockSpec(name, self.num_envs, capacity, obs_rows)
-        self._chunk_views = ChunkViews(raw, spec, space, actions)
-        return self._chunk_views
 
     # --- results ---------------------------------------------------------------------------
 
-    def _chunk_results(
-        self, parts: Sequence[Part], views: ChunkViews, chunk: int, all_obs: bool
+    def results(
+        self,
+        parts: Sequence[Part],
+        views: ChunkBlock,
+        chunk: int,
+        all_obs: bool,
+        *,
+        observations: Any,
+        observations_out: Callable[[Sequence[Part]], Any],
+        restarted: np.ndarray | None,
+        needs_reset: np.ndarray,
     ) -> ChunkResults:
+        """The chunk's results out of its arrays and the units' parts.
+
+        Args:
+            parts: the units' answers that say something, in env order.
+            views: the chunk's arrays.
+            chunk: K.
+            all_obs: as the front's ``step_chunk``.
+            observations: the front's observation batch the units wrote (a unit answering
+                with arrays has its rows copied in).
+            observations_out: the front's observation batch out of parts, as a step's.
+            restarted: the envs a restart cut short in this chunk (None: none).
+            needs_reset: the front's flags of ended envs (DISABLED), written here.
+        """
         n = self.num_envs
         rewards, terms, truncs, obs_rows = views.batch(chunk)
         steps = views.steps
-        if not parts and not self._any_restarted and not all_obs:
+        if not parts and restarted is None and not all_obs:
             # The usual chunk: every result in the blocks, nothing else said.
             if self.autoreset_mode is AutoresetMode.DISABLED:
-                self._chunk_ended(terms, truncs, steps)
+                self._ended(terms, truncs, steps, needs_reset)
             infos = merge_chunk_infos(self.info_format, (), n, chunk, steps)
-            obs = self._observations_out(parts)
+            obs = observations_out(parts)
             return obs, rewards.copy(), terms.copy(), truncs.copy(), infos
         events: list[tuple[int, int, dict[str, Any]]] = []
         #: the by-value observations, for the front's observation batch
@@ -272,9 +218,8 @@ class ChunkStepping:
         sub_obs: dict[int, list[Any]] = {}
         arrays_obs: list[tuple[int, Any]] = []
         resets: dict[int, list[dict[str, Any]]] = {}
-        restarting = self._restarted if self._any_restarted else None
         for lo, data in parts:
-            if restarting is None or not restarting[lo]:
+            if restarted is None or not restarted[lo]:
                 events += [(lo + i, k, info) for i, k, info in data.infos]
                 for i, seen in data.sub_obs or ():
                     sub_obs[lo + i] = seen
@@ -289,9 +234,8 @@ class ChunkStepping:
                 for local, info in as_events(data.infos) if data.infos else ():
                     resets.setdefault(lo + local, []).append(info)
                 obs_parts.append((lo, UnitReply(None, data.obs)))
-        restarted = np.flatnonzero(self._restarted).tolist() if self._any_restarted else []
         lost_at: dict[int, int] = {}
-        for i in restarted:
+        for i in [] if restarted is None else np.flatnonzero(restarted).tolist():
             # The sub-step it was lost at: the sub-steps before it keep what the unit wrote.
             j = lost_at[i] = min(int(steps[i]), chunk - 1)
             rewards[i, j:], terms[i, j:], truncs[i, j:] = 0.0, False, False
@@ -302,31 +246,35 @@ class ChunkStepping:
         events.sort(key=lambda e: (e[0], e[1]))  # env-major; stable within a sub-step
         if not all_obs:
             for lo, ob in arrays_obs:
-                _assign_rows(self._observations, ob, lo)
-            obs = self._observations_out(obs_parts)
+                _assign_rows(observations, ob, lo)
+            obs = observations_out(obs_parts)
         else:
-            obs = self._all_obs_out(views, chunk, obs_rows, sub_obs, arrays_obs, obs_parts, lost_at)
+            obs = self._all_obs_out(
+                chunk, obs_rows, sub_obs, arrays_obs, obs_parts, lost_at, observations_out
+            )
         if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._chunk_ended(terms, truncs, steps)
+            self._ended(terms, truncs, steps, needs_reset)
         infos = merge_chunk_infos(self.info_format, events, n, chunk, steps)
         return obs, rewards.copy(), terms.copy(), truncs.copy(), infos
 
-    def _chunk_ended(self, terms: np.ndarray, truncs: np.ndarray, steps: np.ndarray) -> None:
+    def _ended(
+        self, terms: np.ndarray, truncs: np.ndarray, steps: np.ndarray, needs_reset: np.ndarray
+    ) -> None:
         """DISABLED: the envs whose last executed sub-step ended their episode wait for a
         reset (every env executes at least one sub-step)."""
         last = steps - 1
-        every = self._chunk_rows
-        np.logical_or(terms[every, last], truncs[every, last], out=self._needs_reset)
+        every = self._rows
+        np.logical_or(terms[every, last], truncs[every, last], out=needs_reset)
 
     def _all_obs_out(
         self,
-        views: ChunkViews,
         chunk: int,
         obs_rows: Any,
         sub_obs: dict[int, list[Any]],
         arrays_obs: list[tuple[int, Any]],
         obs_parts: list[Part],
         lost_at: dict[int, int],
+        observations_out: Callable[[Sequence[Part]], Any],
     ) -> Any:
         """Every sub-step's observations, ``(num_envs, K, ...)``: from the chunk block's
         rows, or put together from the units' by-value lists or arrays."""
@@ -341,7 +289,7 @@ class ChunkStepping:
                 concatenate(space, seen, _row_view(obs_rows, i))
         if lost_at:
             # Their rows from the sub-step they were lost at: the reset's observation.
-            current = self._observations_out(obs_parts)
+            current = observations_out(obs_parts)
             for i, j in lost_at.items():
                 _fill_from(obs_rows, current, i, j)
         if fresh:

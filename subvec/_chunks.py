@@ -4,7 +4,8 @@ A chunk of K actions per env runs inside the unit (a worker, or the parent for i
 one command, K sub-steps of each env (``EnvSlab.step_chunk``), one reply. Its per-sub-step
 results do not fit the main block, whose rows hold one step, so they go to a second segment,
 the *chunk block*, that the parent creates on the first ``step_chunk`` (nothing for a vector
-env that never chunks) and replaces when a chunk needs more room::
+env that never chunks) and replaces when a chunk needs more room (:class:`BlockRooms`, the
+front's ``_batch.ChunkRooms`` of the backends whose units map it)::
 
     c_rewards       (n * C,) float64   viewed as (n, K) for a chunk of K <= C
     c_terminations  (n * C,) bool      "
@@ -47,6 +48,7 @@ from subvec._slab import ChunkArrays, ChunkResult, EnvSlab
 
 __all__ = [
     "MIN_CAPACITY",
+    "BlockRooms",
     "ChunkAttachment",
     "ChunkViews",
     "capacity_for",
@@ -226,6 +228,64 @@ def _leaves(nest: Any) -> list[np.ndarray]:
     if isinstance(nest, tuple):
         return [leaf for value in nest for leaf in _leaves(value)]
     return [nest]
+
+
+class BlockRooms:
+    """The chunk block of a backend whose units map it (``_batch.ChunkRooms``): made on the
+    first chunk, replaced by a larger one when a chunk needs more sub-steps (or, with
+    ``all_obs``, observation rows it lacks). The backend's ``make`` allocates each block and
+    releases the one before; nothing here holds a view of a replaced block.
+
+    Args:
+        num_envs: the vector env's.
+        observation_space: the single observation space when observations are in the
+            blocks (every sub-step's, with ``all_obs``); None: they travel by value.
+        action_space: the single action space (the chunk's actions go to the block).
+        make: ``make(layout) -> (name, views)``: a new block of ``layout`` (name None: not
+            a shared segment) and its regions' arrays.
+        adopt: called with each new block's views (the parent's own envs, which map no
+            segment of their own: ``_local.LocalShare.adopt_chunks``).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        observation_space: Space[Any] | None,
+        action_space: Space[Any],
+        make: Callable[[BlockLayout], tuple[str | None, dict[str, np.ndarray]]],
+        adopt: Callable[[ChunkViews], None] | None = None,
+    ) -> None:
+        self.num_envs = num_envs
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.make = make
+        self.adopt = adopt
+        self.views: ChunkViews | None = None
+
+    def room(self, chunk: int, all_obs: bool) -> ChunkViews:
+        """The block, replaced by a larger one when it cannot hold ``chunk`` sub-steps (or,
+        with ``all_obs``, their observations)."""
+        obs_rows = all_obs and self.observation_space is not None
+        if self.views is not None:
+            spec = self.views.spec
+            if spec.capacity >= chunk and (spec.obs_rows or not obs_rows):
+                return self.views
+            obs_rows = obs_rows or spec.obs_rows
+            chunk = max(chunk, spec.capacity)
+        self.views = None  # no view of the old block is held here: it unmaps as it is replaced
+        capacity = capacity_for(chunk)
+        space = self.observation_space if obs_rows else None
+        layout = plan_chunk_block(self.num_envs, capacity, space, self.action_space)
+        name, raw = self.make(layout)
+        spec = ChunkBlockSpec(name, self.num_envs, capacity, obs_rows)
+        self.views = ChunkViews(raw, spec, space, self.action_space)
+        if self.adopt is not None:
+            self.adopt(self.views)
+        return self.views
+
+    def drop(self) -> None:
+        """Forget the block's views (the backend's release closes the block)."""
+        self.views = None
 
 
 class ChunkAttachment:

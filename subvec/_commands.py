@@ -14,12 +14,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from subvec.errors import EnvError, RemoteEnvError, RemoteTraceback, add_note
-
-if TYPE_CHECKING:
-    from subvec._topology import PlacementReport
 
 __all__ = [
     "CallPayload",
@@ -75,7 +72,9 @@ class Status(IntEnum):
 class WorkerHello:
     """READY: where the worker runs and what its envs look like (sent once its envs are built)."""
 
-    placement: PlacementReport
+    #: the process backend's ``_topology.PlacementReport`` (typed loosely here: the vocabulary
+    #: imports no backend's module)
+    placement: Any
     observation_spaces: list[Any]
     action_spaces: list[Any]
     metadata: dict[str, Any]

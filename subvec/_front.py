@@ -7,17 +7,19 @@
                  ├── LocalShare (``_local``): the parent's own envs, run inside collect
                  └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
 
-Its mixins add asynchronous stepping (``_async``), calls and attributes (``_calls``) and
-recycling (``_recycle``); the call states are ``_state``. Its units and every replacement of
+Its mixins add asynchronous stepping (``_async``) and calls and attributes (``_calls``);
+recycling (``_recycle``) and action chunks (``_chunk_front``) are components it owns, which
+hold no strong reference to it; the call states are ``_state``. Its units and every replacement of
 one go through ``_units``; per-env results are read out of a unit's reply by ``_results``,
-for lock-step and async alike.
+for lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
 
-The front knows no pipes and no processes. Every fixed-size result of a call is already in the
-batch arrays when a unit answers (for the process backend those are views of the shared
-block); a unit that has more to say (infos, observations that travel by value, call results,
-an env's exception) answers with an outcome, and the front assembles them in env order, as
-SyncVectorEnv would. A subclass builds the backends and binds the batch arrays
-(:meth:`_start`), then every call below works the same over any set of backends.
+The front knows no pipes and no processes (tests/test_rooms.py holds it to that). Every
+fixed-size result of a call is already in the batch arrays when a unit answers (for the
+process backend those are views of the shared block); a unit that has more to say (infos,
+observations that travel by value, call results, an env's exception) answers with an
+outcome, and the front assembles them in env order, as SyncVectorEnv would. A subclass
+builds the backends and binds the batch arrays (:meth:`_start`), then every call below works
+the same over any set of backends.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec._async import AsyncStepping
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
-from subvec._block import BatchViews
+from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._calls import EnvCalls, EnvIds
-from subvec._chunk_front import ChunkStepping
+from subvec._chunk_front import ChunkResults, ChunkStepper, PerUnit
 from subvec._commands import (
     Command,
     ResetOptionsPayload,
@@ -57,7 +59,7 @@ from subvec._commands import (
 from subvec._failures import FailurePolicy, RestartRecord
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, Part, make_merger
-from subvec._recycle import RecyclingFront
+from subvec._recycle import RecyclePolicy, Recycler, RssReader
 from subvec._results import final_event
 from subvec._seeding import SeedArg, per_env_seeds
 from subvec._slab import FinalObsInBlock
@@ -68,7 +70,7 @@ from subvec._spaces import (
     per_env_actions,
     without_tensors,
 )
-from subvec._state import _ASYNC_NAME, _WAITING, _State
+from subvec._state import _ASYNC_NAME, _WAITING, _State, weak_method
 from subvec._units import Units
 from subvec.errors import BrokenVectorEnvError, add_note
 from subvec.proxy import RemoteProxy
@@ -204,7 +206,7 @@ def _copy_nest(obs: Any) -> Any:
 
 
 def _view_nest(obs: Any) -> Any:
-    """A new view of each array of a batch in an observation slot (see _block.ObsSlots)."""
+    """A new view of each array of a batch in an observation slot (see _batch.ObsSlots)."""
     if isinstance(obs, np.ndarray):
         return obs.view()
     if isinstance(obs, dict):
@@ -212,9 +214,7 @@ def _view_nest(obs: Any) -> Any:
     return tuple(_view_nest(v) for v in obs)
 
 
-class VectorFront(
-    ChunkStepping, AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, np.ndarray]
-):
+class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) are in ``_async``."""
 
@@ -392,7 +392,40 @@ class VectorFront(
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
         self._start_async(batch)
-        self._start_recycling()
+        #: recycling, where the backend offers it (:meth:`_start_recycling`)
+        self._recycler: Recycler | None = None
+        #: ``step_chunk``'s work; the chunk's arrays are the front's own unless the backend
+        #: keeps them (:meth:`_start_chunks`)
+        self._chunks = ChunkStepper(
+            n,
+            self.single_observation_space,
+            self.single_action_space,
+            self.autoreset_mode,
+            self.info_format,
+            self.copy,
+            PlainChunkRooms(n),
+        )
+
+    def _start_chunks(self, rooms: ChunkRooms) -> None:
+        """Keep action chunks' arrays where the backend's units read and write them (after
+        :meth:`_start`)."""
+        self._chunks.rooms = rooms
+
+    def _start_recycling(self, policy: RecyclePolicy, rss_of: RssReader) -> None:
+        """Recycle workers as ``policy`` says (after :meth:`_start`); ``rss_of`` reads a
+        unit's resident memory."""
+        self._recycler = Recycler(
+            policy,
+            self._units,
+            self.num_envs,
+            self.autoreset_mode,
+            rss_of=rss_of,
+            # weakly: the recycler is the front's, and a cycle would delay freeing it
+            build_timeout=weak_method(self._build_timeout),
+            stored_options=weak_method(self._stored_options),
+            fail=weak_method(self._fail),
+            break_env=weak_method(self._break),
+        )
 
     # --- failure policy ----------------------------------------------------------------------
 
@@ -411,6 +444,13 @@ class VectorFront(
         """Every worker replacement ``on_worker_failure="restart"`` made so far, oldest first,
         the ones that failed to start included (each counts against ``max_restarts``)."""
         return self._policy.restarts
+
+    @property
+    def recycles(self) -> list[RestartRecord]:
+        """Every worker replacement that recycling (``recycle_every``, ``worker_max_rss``) made,
+        oldest first; the reason says which and the pids, or ends with ``its replacement
+        failed: ...`` (none counts against ``max_restarts``)."""
+        return [] if self._recycler is None else self._recycler.records
 
     @property
     def rebuilds(self) -> list[RestartRecord]:
@@ -454,7 +494,7 @@ class VectorFront(
 
     def _begin_async(self, method: str) -> None:
         self._assert_is_running()
-        if self._recycling is not None:
+        if self._recycler is not None:
             raise ValueError(
                 f"{method}: asynchronous stepping is not available with recycle_every or "
                 "worker_max_rss (recycling keeps episode boundaries in lock-step); use "
@@ -733,8 +773,8 @@ class VectorFront(
         if mask is not None:
             for unit in rebuilt:
                 mask[unit.lo : unit.hi] = True  # fresh envs have no state to keep: reset them
-        if self._recycling is not None:
-            self._recycle_on_reset(seeds, mask)  # before the slot pick: the units change
+        if self._recycler is not None:  # before the slot pick: the units change
+            self._recycler.on_reset(seeds, mask, self.default_timeout)
         self._reset_request = (seeds, mask)
         self._reset_named = env_options
 
@@ -1063,8 +1103,8 @@ class VectorFront(
         elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
             payload = StepPayload(None, stored)
         self._prepare_step()
-        if self._recycling is not None:
-            self._recycle_before_step()  # their resets write into the slot just picked
+        if self._recycler is not None:  # their resets write into the slot just picked
+            self._recycler.before_step(self.default_timeout, into=self._answered)
         self._send(Command.STEP, payload, per_unit=per_unit)
 
     def _prepare_step(self) -> None:
@@ -1114,12 +1154,16 @@ class VectorFront(
             self._rewards[self._restarted] = 0.0
             self._terminations[self._restarted] = False
             self._truncations[self._restarted] = True
-        if self._recycling is not None:
-            self._count_episodes()
+        recycler = self._recycler
+        if recycler is not None:
+            restarted = self._restarted if self._any_restarted else None
+            recycler.count_episodes(self._rewards, self._terminations, self._truncations, restarted)
         if self._final_in_block:
             parts = self._with_final_obs(parts)
-        if self._recycling is not None:
-            parts = self._recycle_same_step(parts)
+        if recycler is not None:
+            parts = recycler.same_step(
+                parts, self._terminations, self._truncations, self.default_timeout
+            )
         obs = self._observations_out(parts)
         infos = self._merge_infos(parts)
         if self.autoreset_mode is AutoresetMode.DISABLED:  # only that mode refuses ended envs
@@ -1131,6 +1175,84 @@ class VectorFront(
             self._truncations.copy(),
             infos,
         )
+
+    # --- action chunks -----------------------------------------------------------------------
+
+    def step_chunk(
+        self, actions: Any, stop_on_done: bool = False, all_obs: bool = False
+    ) -> ChunkResults:
+        """Run K actions of each env inside the units: one command per unit, K sub-steps
+        of each env, one reply.
+
+        Sub-step k of env i is exactly the k-th ``step()`` that env would have had, under
+        the vector env's ``autoreset_mode`` (NEXT_STEP: the sub-step after an episode end is
+        the reset step; SAME_STEP: the env resets at the ending sub-step). ``step`` and
+        ``step_chunk`` can be interleaved on one trajectory.
+
+        Args:
+            actions: the batch with a chunk axis after the env axis: ``(num_envs, K,
+                *single_action_space.shape)``, the same leading ``(num_envs, K)`` on every
+                leaf of a Dict/Tuple action; K >= 1 and may change between calls.
+            stop_on_done: an env whose episode ends at sub-step j executes none of its
+                later actions (their rewards 0, flags False); implied with
+                ``autoreset_mode=DISABLED``.
+            all_obs: return every sub-step's observation, ``(num_envs, K, *obs_shape)``
+                (per leaf), rows after an early stop repeating the env's last one; else
+                each env's observation after its last executed sub-step, as ``step()``.
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)``: rewards and flags
+            ``(num_envs, K)``; ``infos["chunk_steps"]`` the sub-steps each env executed, and
+            each info key with the chunk axis (``(num_envs, K, ...)``, masks ``(num_envs,
+            K)``; docs/api.md).
+
+        Raises:
+            ValueError, TypeError: the batch is not chunks of the action space (the message
+                names the expected and the given shape), ``all_obs`` with observations that
+                are not fixed-size, recycling configured, or (DISABLED) an ended env was not
+                reset; nothing is sent.
+            AlreadyPendingCallError: another call is pending, or envs are stepping
+                asynchronously (``drain()`` first).
+            EnvError: an env raised (its type kept, naming the env and the sub-step).
+            WorkerDiedError, WorkerTimeoutError: a unit died or did not answer in time.
+        """
+        if self._state is not _State.IDLE or self._recycler is not None:
+            self._begin_chunk()  # raises, naming step_chunk (step() checks the rest again)
+            if self._recycler is not None:
+                raise ValueError(
+                    "step_chunk is not available with recycle_every or worker_max_rss "
+                    "(recycling counts episodes one step at a time); use step()"
+                )
+        chunks = self._chunks
+        batch = chunks.check(actions, all_obs)
+        if batch.chunk == 1:
+            # One sub-step is one step(): the backends' quickest round trip, one command per
+            # unit all the same.
+            return chunks.one_step(batch, all_obs, self.step)
+        self._begin_chunk()
+        views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
+        self._prepare_step()
+        parts = self._chunk_exchange(per_unit) if same else None
+        if parts is None:
+            self._send(Command.STEP_ENVS, per_unit=per_unit)
+            self._state = _State.WAITING_CHUNK
+            parts = self._collect(_State.WAITING_CHUNK, None)
+        return chunks.results(
+            parts,
+            views,
+            batch.chunk,
+            all_obs,
+            observations=self._observations,
+            observations_out=self._observations_out,
+            restarted=self._restarted if self._any_restarted else None,
+            needs_reset=self._needs_reset,
+        )
+
+    def _chunk_exchange(self, per_unit: PerUnit) -> list[Part] | None:
+        """A backend's quick round trip for a chunk command that is the same for every unit
+        (the process backend's: the pool's per-step exchange, with the command's bytes); its
+        parts, or None where it does not apply (then the front's send and collect run)."""
+        return None
 
     # --- results -----------------------------------------------------------------------------
 
@@ -1235,7 +1357,7 @@ class VectorFront(
                 self.single_observation_space, self._env_obs, self._observations
             )
             return deepcopy(self._observations) if self.copy else self._observations
-        if self._obs_slot:  # the caller's own batch (see _block.ObsSlots)
+        if self._obs_slot:  # the caller's own batch (see _batch.ObsSlots)
             obs = self._observations
             return obs.view() if type(obs) is np.ndarray else _view_nest(obs)
         return _copy_nest(self._observations) if self.copy else self._observations
@@ -1248,7 +1370,7 @@ class VectorFront(
         assert split is not None
         loose = split.loose_batches(self._env_obs, self._loose_out)
         slot = self._obs_slot
-        if slot:  # the caller's own batch (see _block.ObsSlots)
+        if slot:  # the caller's own batch (see _batch.ObsSlots)
             assert self._obs_slots is not None
             fixed = [leaf.view() for leaf in self._obs_slots.leaves[slot]]
         else:
@@ -1361,9 +1483,11 @@ class VectorFront(
             "_final_obs_rows",
             "_info_block",
             "_obs_slots",
-            "_chunk_views",
         ):
             self.__dict__.pop(name, None)
+        chunks = self.__dict__.get("_chunks")
+        if chunks is not None:
+            chunks.drop_views()
         if getattr(self, "_obs_shared", False) or getattr(self, "_obs_split", None) is not None:
             self.__dict__.pop("_observations", None)
             self.__dict__.pop("_obs_fixed", None)

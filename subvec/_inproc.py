@@ -20,13 +20,18 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec._block import BatchViews, plan_block
-from subvec._chunks import ChunkViews
+from subvec._block import bind_batch, plan_block
+from subvec._chunks import BlockRooms
 from subvec._front import Hello, ObservationMode, VectorFront
 from subvec._local import LocalShare
-from subvec._shm import layout_views
+from subvec._shm import BlockLayout, layout_views
 
 __all__ = ["InProcessVectorEnv"]
+
+
+def _own_memory(layout: BlockLayout) -> tuple[str | None, dict[str, np.ndarray]]:
+    """A chunk block of ``layout`` in this process's memory (no segment: no name)."""
+    return None, {r.name: np.zeros(r.shape, dtype=r.dtype) for r in layout.regions}
 
 
 class InProcessVectorEnv(VectorFront):
@@ -91,7 +96,17 @@ class InProcessVectorEnv(VectorFront):
             views = layout_views(np.zeros(plan.layout.size, dtype=np.uint8), plan.layout)
             spec = plan.attach_spec("", self.num_envs, obs_space, act_space)
             local.bind(views, spec)
-            self._start([local], BatchViews.bind(views, plan, spec), plan.final_obs)
+            self._start([local], bind_batch(views, plan, spec), plan.final_obs)
+            # Action chunks' arrays in this process's memory too, handed to the envs' unit
+            self._start_chunks(
+                BlockRooms(
+                    self.num_envs,
+                    obs_space if self._obs_shared else None,
+                    act_space,
+                    _own_memory,
+                    adopt=local.adopt_chunks,
+                )
+            )
         except BaseException:
             local.close(0.0, True)
             self._local = None
@@ -99,20 +114,6 @@ class InProcessVectorEnv(VectorFront):
 
     def _released(self) -> None:
         self._local = None
-
-    # --- action chunks: the chunk block in this process's memory, handed to the envs' unit
-
-    def _chunk_act_rows(self) -> bool:
-        return True
-
-    def _chunk_obs_rows(self) -> bool:
-        return self._obs_shared
-
-    def _chunk_room(self, chunk: int, all_obs: bool) -> ChunkViews:
-        views = super()._chunk_room(chunk, all_obs)
-        if self._local is not None:
-            self._local.adopt_chunks(views)
-        return views
 
     def __repr__(self) -> str:
         spec = f"{self.spec.id}, " if self.spec is not None else ""

@@ -124,7 +124,7 @@ class AttachSpec:
     #: the block has the info regions: steady scalar infos go there (see _infos)
     info_block: bool = False
     #: how many extra batches of observations the block holds; a cell names the one each
-    #: command writes (see ``_block.ObsSlots``)
+    #: command writes (see ``_batch.ObsSlots``)
     obs_slots: int = 0
     #: wake-ups and plain answers go through the block's control regions (``subvec._wake``)
     wake: bool = False

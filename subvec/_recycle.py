@@ -1,9 +1,9 @@
 """Recycling: replacing a worker between two episodes, because its env leaks.
 
-Opt-in with ``recycle_every`` (episodes per env) and ``worker_max_rss`` (bytes). The front
-(``_front``) counts the episodes that end in each step and, when a worker is due, replaces it
-(a new process, its env rebuilt from its factory) at the episode boundary, so no episode is
-cut short:
+Opt-in with ``recycle_every`` (episodes per env) and ``worker_max_rss`` (bytes). The front's
+:class:`Recycler` counts the episodes that end in each step and, when a worker is due,
+replaces it (a new process, its env rebuilt from its factory) at the episode boundary, so no
+episode is cut short:
 
 - NEXT_STEP: the step after the end is the reset step: the replacement's reset is that step's
   result (reward 0, both flags False, the reset's infos), in place of the old env's autoreset;
@@ -25,9 +25,9 @@ way every time. An env never seeded is rebuilt with fresh entropy (``seed=None``
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
@@ -37,11 +37,13 @@ from subvec._commands import ResetPayload, Status, UnitReply, raise_first
 from subvec._failures import RestartRecord
 from subvec._infos import as_events
 from subvec._merge import Part
-from subvec._stats import process_rss
 from subvec._units import Units
 from subvec.errors import first_line
 
-__all__ = ["RecyclePolicy", "RecyclingFront"]
+__all__ = ["RecyclePolicy", "Recycler", "RssReader"]
+
+#: ``rss_of(unit)``: the resident memory of ``unit``'s process in bytes, None if unknown
+RssReader = Callable[[Unit], int | None]
 
 
 def _check_count(name: str, value: Any, what: str) -> int | None:
@@ -121,9 +123,10 @@ class RecyclePolicy:
 
     # --- counting ---------------------------------------------------------------------------
 
-    def count(self, units: Sequence[Unit], ended: np.ndarray) -> None:
+    def count(self, units: Sequence[Unit], ended: np.ndarray, rss_of: RssReader) -> None:
         """Count the episodes that ended in a step (``ended``: per env, not ended by a
-        restart) and mark the workers that are now due."""
+        restart) and mark the workers that are now due (``rss_of``: the backend's reader of
+        a unit's resident memory)."""
         for i in np.flatnonzero(ended).tolist():
             unit = next(u for u in units if u.lo <= i < u.hi)
             pid = unit.pid
@@ -136,7 +139,7 @@ class RecyclePolicy:
                 self.due[unit.index] = (pid, f"recycled after {episodes} episodes")
                 continue
             if self.max_rss is not None:
-                rss = process_rss(pid)
+                rss = rss_of(unit)
                 if rss is not None and rss > self.max_rss:
                     reason = f"recycled: resident memory {rss} bytes > worker_max_rss"
                     self.due[unit.index] = (pid, f"{reason}={self.max_rss}")
@@ -181,138 +184,156 @@ class RecyclePolicy:
         self._episodes.pop(old.index, None)
 
 
-class RecyclingFront:
-    """Recycling's part of :class:`subvec._front.VectorFront` (a mixin: it uses the front's
-    units, backends and batch arrays). Every hook is called only when ``_recycling`` is set."""
+class Recycler:
+    """Recycling for :class:`subvec._front.VectorFront`: the front calls its hooks only when
+    recycling is configured, and hands it the batch arrays each hook reads.
 
-    # The front's, declared for the type checker.
-    autoreset_mode: AutoresetMode
-    default_timeout: float | None
-    _recycling: RecyclePolicy | None = None
-    _units: Units
-    _rewards: np.ndarray
-    _terminations: np.ndarray
-    _truncations: np.ndarray
-    _restarted: np.ndarray
-    _any_restarted: bool
-    _answered: dict[int, Outcome]
+    Args:
+        policy: the recycling arguments, episode counts and records.
+        units: the front's units (recycling replaces them through it).
+        num_envs: the vector env's.
+        autoreset_mode: the vector env's.
+        rss_of: the backend's reader of a unit's resident memory (``worker_max_rss``).
+        build_timeout: the front's bound on building a replacement, given the call's.
+        stored_options: the options a unit's envs reset with when none are named.
+        fail: the front's failure policy for units that died or hung (it raises).
+        break_env: the front's ``break``: the vector env is broken, these units lost.
+    """
 
-    if TYPE_CHECKING:
-
-        def _build_timeout(self, timeout: float | None) -> float | None: ...
-        def _break(self, units: list[int], reason: str) -> None: ...
-        def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
-        def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None: ...
+    def __init__(
+        self,
+        policy: RecyclePolicy,
+        units: Units,
+        num_envs: int,
+        autoreset_mode: AutoresetMode,
+        *,
+        rss_of: RssReader,
+        build_timeout: Callable[[float | None], float | None],
+        stored_options: Callable[[Unit], list[dict[str, Any] | None] | None],
+        fail: Callable[[list[Failure], float | None], None],
+        break_env: Callable[[list[int], str], None],
+    ) -> None:
+        self.policy = policy
+        self.units = units
+        self.autoreset_mode = autoreset_mode
+        self.rss_of = rss_of
+        self.build_timeout = build_timeout
+        self.stored_options = stored_options
+        self.fail = fail
+        self.break_env = break_env
+        #: the envs whose answer to this step is a recycled worker's reset (NEXT_STEP)
+        self.recycled = np.zeros(num_envs, dtype=np.bool_)
+        self.any_recycled = False
 
     @property
-    def recycles(self) -> list[RestartRecord]:
-        """Every worker replacement that recycling (``recycle_every``, ``worker_max_rss``) made,
-        oldest first; the reason says which and the pids, or ends with ``its replacement
-        failed: ...`` (none counts against ``max_restarts``)."""
-        return [] if self._recycling is None else self._recycling.records
+    def records(self) -> list[RestartRecord]:
+        """Every replacement made, oldest first."""
+        return self.policy.records
 
-    def _start_recycling(self) -> None:
-        #: the envs whose answer to this step is a recycled worker's reset (NEXT_STEP)
-        self._recycled = np.zeros(len(self._rewards), dtype=np.bool_)
-        self._any_recycled = False
-
-    def _recycle(self, unit: Unit, reason: str) -> Unit:
+    def _recycle(self, unit: Unit, reason: str, timeout: float | None) -> Unit:
         """Replace ``unit`` by a new process with its envs rebuilt (not reset).
 
         Raises:
             EnvError, WorkerDiedError, WorkerTimeoutError: the replacement failed to start;
                 the vector env is broken (``reset()`` rebuilds it).
         """
-        policy = self._recycling
-        assert policy is not None
+        policy = self.policy
         old_pid = unit.pid
         try:
-            new = self._units.replace(unit, self._build_timeout(self.default_timeout))
+            new = self.units.replace(unit, self.build_timeout(timeout))
         except BaseException as exc:
             failed = f"{reason}; its replacement failed: {first_line(exc)}"
             policy.records.append(
                 RestartRecord(unit.index, tuple(range(unit.lo, unit.hi)), failed, time.monotonic())
             )
-            self._break([unit.index], f"recycling {unit.describe()} failed: {exc}")
+            self.break_env([unit.index], f"recycling {unit.describe()} failed: {exc}")
             raise
         policy.record(unit, old_pid, new, reason)
         return new
 
-    def _reset_recycled(self, unit: Unit) -> Outcome:
+    def _reset_recycled(self, unit: Unit, timeout: float | None) -> Outcome:
         """Recycle ``unit`` and reset its new envs (the autoreset's place); their outcome."""
-        policy = self._recycling
-        assert policy is not None
-        timeout = self.default_timeout
-        seeds = [policy.seed_for(i) for i in range(unit.lo, unit.hi)]
-        payload = ResetPayload(seeds, None, None, self._stored_options(unit))
-        got = self._units.reset(unit, payload, timeout, "resetting a recycled worker")
+        seeds = [self.policy.seed_for(i) for i in range(unit.lo, unit.hi)]
+        payload = ResetPayload(seeds, None, None, self.stored_options(unit))
+        got = self.units.reset(unit, payload, timeout, "resetting a recycled worker")
         if isinstance(got, Collected):
-            self._fail(got.failures, timeout)  # raises
+            self.fail(got.failures, timeout)  # raises
             raise AssertionError("unreachable")
         return got
 
-    def _recycle_before_step(self) -> None:
+    def before_step(self, timeout: float | None, *, into: dict[int, Outcome]) -> None:
         """NEXT_STEP, before a step is sent: each due worker is replaced and its reset is this
-        step's answer for its envs (the step after the end is the reset step)."""
-        policy = self._recycling
-        assert policy is not None
-        if self._any_recycled:
-            self._recycled[:] = False
-            self._any_recycled = False
+        step's answer for its envs (the step after the end is the reset step), put ``into``
+        the front's answers by unit index (the step is not sent to those units)."""
+        if self.any_recycled:
+            self.recycled[:] = False
+            self.any_recycled = False
+        policy = self.policy
         if not policy.due or self.autoreset_mode is not AutoresetMode.NEXT_STEP:
             return
-        for unit, reason in policy.take_due(self._units.all):
-            new = self._recycle(unit, reason)
-            self._answered[new.index] = self._reset_recycled(new)
-            self._recycled[new.lo : new.hi] = True
-            self._any_recycled = True
+        for unit, reason in policy.take_due(self.units.all):
+            new = self._recycle(unit, reason, timeout)
+            into[new.index] = self._reset_recycled(new, timeout)
+            self.recycled[new.lo : new.hi] = True
+            self.any_recycled = True
 
-    def _recycle_on_reset(self, seeds: list[int | None], mask: np.ndarray | None) -> None:
+    def on_reset(
+        self, seeds: list[int | None], mask: np.ndarray | None, timeout: float | None
+    ) -> None:
         """A reset of the caller's: due workers whose envs it resets are replaced first, and
-        get its seeds (derived ones where it gives None)."""
-        policy = self._recycling
-        assert policy is not None
+        get its seeds (derived ones where it gives None, written into ``seeds``)."""
+        policy = self.policy
         policy.seeded(seeds, mask)
         if not policy.due:
             return
-        for unit, reason in policy.take_due(self._units.all, mask):
-            new = self._recycle(unit, reason)
+        for unit, reason in policy.take_due(self.units.all, mask):
+            new = self._recycle(unit, reason, timeout)
             for i in range(new.lo, new.hi):
                 if seeds[i] is None:
                     seeds[i] = policy.seed_for(i)
 
-    def _count_episodes(self) -> None:
-        """After a step: the recycled envs' reset step reads reward 0 and no flags; count the
-        episodes that ended (not those a restart cut short)."""
-        policy = self._recycling
-        assert policy is not None
-        if self._any_recycled:
-            self._rewards[self._recycled] = 0.0
-            self._terminations[self._recycled] = False
-            self._truncations[self._recycled] = False
-        ended = self._terminations | self._truncations
-        if self._any_restarted:
-            ended &= ~self._restarted
+    def count_episodes(
+        self,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        restarted: np.ndarray | None,
+    ) -> None:
+        """After a step: the recycled envs' reset step reads reward 0 and no flags (written
+        into the step's arrays); count the episodes that ended (not those a restart cut
+        short: ``restarted``, None when none was)."""
+        if self.any_recycled:
+            rewards[self.recycled] = 0.0
+            terminations[self.recycled] = False
+            truncations[self.recycled] = False
+        ended = terminations | truncations
+        if restarted is not None:
+            ended &= ~restarted
         if ended.any():
-            policy.count(self._units.all, ended)
+            self.policy.count(self.units.all, ended, self.rss_of)
 
-    def _recycle_same_step(self, parts: Sequence[Part]) -> Sequence[Part]:
+    def same_step(
+        self,
+        parts: Sequence[Part],
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        timeout: float | None,
+    ) -> Sequence[Part]:
         """SAME_STEP, a step's parts (final observations resolved): each due worker whose env
         ended in it is replaced, and its new env's reset observation and info take the place
         of the old env's autoreset; the final observation and info stay the old env's."""
-        policy = self._recycling
-        assert policy is not None
+        policy = self.policy
         if not policy.due or self.autoreset_mode is not AutoresetMode.SAME_STEP:
             return parts
         by_lo: dict[int, Any] = dict(parts)
         errors = []
-        for unit, reason in policy.take_due(self._units.all):
+        for unit, reason in policy.take_due(self.units.all):
             lo, hi = unit.lo, unit.hi
             # The reset clears the rows' flags in the block; this step's are the old env's end.
-            flags = self._terminations[lo:hi].copy(), self._truncations[lo:hi].copy()
-            new = self._recycle(unit, reason)
-            status, value = self._reset_recycled(new)
-            self._terminations[lo:hi], self._truncations[lo:hi] = flags
+            flags = terminations[lo:hi].copy(), truncations[lo:hi].copy()
+            new = self._recycle(unit, reason, timeout)
+            status, value = self._reset_recycled(new, timeout)
+            terminations[lo:hi], truncations[lo:hi] = flags
             if status is Status.ERROR:
                 errors.append(value)
                 continue

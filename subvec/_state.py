@@ -1,10 +1,17 @@
-"""The front's call states, shared by the front and its mixins (``_async``, ``_calls``)."""
+"""The front's call states, shared by the front and its mixins (``_async``, ``_calls``), and
+the weak hooks its components call it back through."""
 
 from __future__ import annotations
 
 import enum
+import weakref
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
-__all__ = ["_ASYNC_NAME", "_WAITING", "_State"]
+__all__ = ["_ASYNC_NAME", "_WAITING", "_State", "weak_method"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class _State(enum.Enum):
@@ -24,3 +31,25 @@ _ASYNC_NAME = {
     _State.WAITING_CALL: "call_async",
     _State.WAITING_CHUNK: "step_chunk",
 }
+
+
+def weak_method(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``method`` (a bound method of the front) without a strong reference to the front.
+
+    A component the front owns that kept the bound method would close a reference cycle: a
+    vector env dropped unclosed would wait for the cycle collector, its workers held all that
+    time, instead of being freed by its reference count.
+
+    Raises:
+        ReferenceError: (when called) the front is gone.
+    """
+    ref = weakref.WeakMethod(method)
+    name = method.__qualname__
+
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        bound = ref()
+        if bound is None:
+            raise ReferenceError(f"{name}: the vector env it belongs to was freed")
+        return bound(*args, **kwargs)
+
+    return call

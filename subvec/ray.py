@@ -37,7 +37,7 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from subvec import _spaces
-from subvec._block import BatchViews
+from subvec._batch import BatchViews
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS, RestartRecord
 from subvec._front import Hello, ObservationMode, VectorFront

@@ -33,8 +33,9 @@ from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _protocol as proto
-from subvec._block import BatchViews, BlockPlan, plan_block
+from subvec._block import BlockPlan, bind_batch, plan_block
 from subvec._bootstrap import registry_snapshot
+from subvec._chunks import BlockRooms
 from subvec._commands import Command, StepEnvsPayload
 from subvec._failures import DEFAULT_MAX_RESTARTS
 from subvec._front import EnvsHello, Hello, ObservationMode, VectorFront
@@ -49,12 +50,12 @@ from subvec._plan import (
     plan_layout,
     resolve_context,
 )
-from subvec._pool import WorkerPool, release
+from subvec._pool import PoolResources, WorkerPool, release
 from subvec._recycle import RecyclePolicy
 from subvec._shm import BlockLayout, SharedBlock
 from subvec._starts import BuildFailure, check_build_retries, check_max_concurrent_starts
 from subvec._state import _WAITING, _State
-from subvec._stats import WorkerStats, worker_stats
+from subvec._stats import WorkerStats, process_rss, worker_stats
 from subvec._threads import check_threads
 from subvec._topology import PlacementReport, plan_placement, usable_cpus
 from subvec._wake import FUTEX
@@ -63,6 +64,18 @@ __all__ = ["SubprocVectorEnv"]
 
 #: The info formats whose steady scalar infos stay in the block (see _infos.InfoBlockWriter).
 _BLOCK_INFO_FORMATS = ("gymnasium", "list", "legacy")
+
+
+def _new_chunk_block(
+    resources: PoolResources, layout: BlockLayout
+) -> tuple[str | None, dict[str, np.ndarray]]:
+    """A shared-memory chunk block in place of the last one, which is closed (units map the
+    new one when the next chunk command names it; ``resources`` own it, as the main block)."""
+    old, resources.chunk_block = resources.chunk_block, None
+    if old is not None:
+        old.close()
+    block = resources.chunk_block = SharedBlock.create(layout)
+    return block.name, block.views
 
 
 class SubprocVectorEnv(VectorFront):
@@ -296,7 +309,8 @@ class SubprocVectorEnv(VectorFront):
             and type(self._observations) is np.ndarray
             and recycling is None  # whose episode counts are kept on the general path
         )
-        self._recycling = recycling
+        if recycling is not None:
+            self._start_recycling(recycling, rss_of=lambda unit: process_rss(unit.pid))
 
     # --- construction ------------------------------------------------------------------------
 
@@ -331,7 +345,16 @@ class SubprocVectorEnv(VectorFront):
         if self._local is not None:
             self._local.bind(views, spec)
             backends.append(self._local)
-        self._start(backends, BatchViews.bind(views, plan, spec), plan.final_obs)
+        self._start(backends, bind_batch(views, plan, spec), plan.final_obs)
+        # Action chunks' arrays: a second segment the pool's resources own, as the main block
+        self._start_chunks(
+            BlockRooms(
+                n,
+                obs_space if self._obs_shared else None,
+                act_space,
+                functools.partial(_new_chunk_block, self._pool.resources),
+            )
+        )
 
     # --- the steady step ---------------------------------------------------------------------
 
@@ -408,12 +431,6 @@ class SubprocVectorEnv(VectorFront):
 
     # --- action chunks -----------------------------------------------------------------------
 
-    def _chunk_obs_rows(self) -> bool:
-        return self._obs_shared
-
-    def _chunk_act_rows(self) -> bool:
-        return True
-
     def _chunk_exchange(self, per_unit: Callable[[Any], StepEnvsPayload]) -> list[Part] | None:
         """Every env in a worker, workers of one size, no restarted worker answering with its
         reset: one encoded command for all, sent and collected as the steady step's are, the
@@ -441,17 +458,6 @@ class SubprocVectorEnv(VectorFront):
     def _chunk_even(self) -> bool:
         """Whether every worker holds as many envs (one chunk command fits them all)."""
         return len({hi - lo for lo, hi in self.layout.bounds}) == 1
-
-    def _new_chunk_block(self, layout: BlockLayout) -> tuple[str | None, dict[str, np.ndarray]]:
-        """A shared-memory chunk block, in place of the last one (units map the new one when
-        the next chunk command names it; the pool's resources own it, as the main block)."""
-        resources = self._pool.resources
-        old, resources.chunk_block = resources.chunk_block, None
-        self.__dict__.pop("_chunk_views", None)
-        if old is not None:
-            old.close()
-        block = resources.chunk_block = SharedBlock.create(layout)
-        return block.name, block.views
 
     # --- close and introspection -------------------------------------------------------------
 

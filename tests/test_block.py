@@ -12,8 +12,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from subvec._backend import PLAIN
 from subvec._block import (
     OBS_SLOTS,
-    BatchViews,
-    ObsSlots,
+    bind_batch,
+    bind_obs_slots,
     bind_rows,
     plan_block,
     slot_writers,
@@ -85,7 +85,7 @@ def image_block() -> Any:
 def test_both_sides_bind_the_same_rows(image_block: Any) -> None:
     plan, block = image_block
     spec = plan.attach_spec(block.name, 4, IMAGE, spaces.Discrete(3))
-    batch = BatchViews.bind(block.views, plan, spec)
+    batch = bind_batch(block.views, plan, spec)
     batch.store_actions(np.array([0, 1, 2, 1]))
     envs = [ZooEnv(IMAGE, max_steps=10**6, terminate_prob=0.0) for _ in range(2)]
     slab = EnvSlab(envs, 2, AutoresetMode.SAME_STEP)  # a worker's envs 2..3
@@ -109,7 +109,7 @@ def test_obs_slots_pick_a_batch_the_caller_does_not_hold(image_block: Any) -> No
     writers, cell = slot_writers(block.views, spec, 0, 4)  # a worker's side
     assert len(writers) == OBS_SLOTS + 1 and cell is not None
     del writers  # (they hold their slots' rows: the parent never has them)
-    slots = ObsSlots.bind(block.views, plan.obs_slots, IMAGE)
+    slots = bind_obs_slots(block.views, plan.obs_slots, IMAGE)
     held = []
     for expected in range(1, OBS_SLOTS + 1):
         assert slots.pick() == expected and cell[0] == expected

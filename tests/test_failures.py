@@ -685,6 +685,7 @@ def test_dropped_env_is_freed_at_once_and_reaps_its_workers() -> None:
     envs = SubprocVectorEnv([make_zoo("box_f32")] * 2, num_workers=2, batch_size=1)
     envs.reset(seed=0)
     envs.step(envs.action_space.sample())
+    envs.step_chunk(np.zeros((2, 3), dtype=np.int64))  # the chunk arrays' owner too
     envs.async_reset(seed=1)
     envs.recv()  # the asynchronous path's mergers too
     envs.drain()

@@ -1,5 +1,5 @@
 """Observation slots: large batches are handed out as views of the block, never overwritten
-while the caller holds anything of them (subvec._block.ObsSlots)."""
+while the caller holds anything of them (subvec._batch.ObsSlots)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ process, and the process may change only between two episodes.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import BrokenVectorEnvError, SubprocVectorEnv
 from tests.envs import BuildOnce, EpisodeEnv
+from tests.helpers import gone
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -269,3 +271,16 @@ def test_a_replacement_that_cannot_be_built_breaks_the_vector_env(tmp_path: Any)
             "recycled after 1 episodes; its replacement failed: ValueError: this env cannot "
             "be built again [raised in env 0"
         )
+
+
+def test_a_dropped_recycling_env_is_freed_at_once_and_reaps_its_workers() -> None:
+    envs = SubprocVectorEnv(_fns([2, 2]), recycle_every=1)
+    play(envs, 6)
+    assert envs.recycles  # the recycling hooks ran
+    pids = list(envs.worker_pids)
+    collected = weakref.ref(envs)
+    del envs
+    # No reference cycle through the recycler's hooks into the front: freed by its
+    # reference count, its workers reaped at once.
+    assert collected() is None
+    assert all(gone(pid) for pid in pids if pid is not None)
