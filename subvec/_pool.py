@@ -119,12 +119,14 @@ def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
     try:
         for worker in workers:
             if worker.process.is_alive():
+                on_bell = bell is not None and worker.on_bell
+                seq = (int(bell.seq[worker.index]) if bell and on_bell else worker.seq) + 1
                 try:
-                    proto.write_frame(worker.cmd_fd, Command.CLOSE, worker.seq + 1)
+                    proto.write_frame(worker.cmd_fd, Command.CLOSE, seq)
                 except (OSError, ValueError):
                     pass  # it is dying already; terminate() below makes sure
-                if bell is not None and worker.on_bell:
-                    bell.cmd[worker.index] = ((worker.seq + 1) << 8) | PIPE_KIND
+                if bell is not None and on_bell:
+                    bell.cmd[worker.index] = (seq << 8) | PIPE_KIND
         if bell is not None:
             bell.ring(0)
         terminate(workers, grace=grace)
@@ -361,9 +363,9 @@ class WorkerPool:
             self.send_to(worker, Command.ATTACH, self._attach_payload)
         self._answers(self.workers, timeout, "attaching")
         if spec.wake:
-            self.resources.bell = Bell(block.views)
+            bell = self.resources.bell = Bell(block.views)
             for worker in self.workers:
-                worker.on_bell = True
+                _to_bell(bell, worker)
 
     def _answers(
         self, workers: Sequence[Worker], timeout: float | None, what: str
@@ -446,24 +448,30 @@ class WorkerPool:
         first (its frame behind any a worker has not read yet, served in order). Then one
         wake-up for all. ``framed``: ``data`` is the payload as it is (not through
         ``per_unit``)."""
-        cmd = bell.cmd
+        cmd, seqs, expected = bell.cmd, bell.seq, bell.expected
         plain = command is _STEP_COMMAND and not data and per_unit is None
-        for worker in targets:
-            seq = worker.seq = worker.seq + 1
-            if plain and worker.expected is None:
-                cmd[worker.index] = (seq << 8) | STEP_KIND
-            else:
-                frame = data if per_unit is None or framed else dump(per_unit(worker))
-                try:
-                    proto.write_frame(worker.cmd_fd, command, seq, frame)
-                except OSError:
-                    pass  # EPIPE: as in send_to
-                cmd[worker.index] = (seq << 8) | PIPE_KIND
-            worker.expected = seq
         everyone = len(targets) == len(self.resources.workers)
-        # Every worker: only the last answer wakes us. Some: each answer does (the waits for
-        # some are for the first answers: collect_ready).
-        bell.ring(len(targets), 0 if everyone else _WAKE_EACH)
+        if plain and everyone and not expected.any():
+            bell.step_all()  # the usual step: a few numpy calls, whatever the workers
+        else:
+            for worker in targets:
+                i = worker.index
+                seq = int(seqs[i]) + 1
+                seqs[i] = seq
+                if plain and not expected[i]:
+                    cmd[i] = (seq << 8) | STEP_KIND
+                else:
+                    frame = data if per_unit is None or framed else dump(per_unit(worker))
+                    try:
+                        proto.write_frame(worker.cmd_fd, command, seq, frame)
+                    except OSError:
+                        pass  # EPIPE: as in send_to
+                    cmd[i] = (seq << 8) | PIPE_KIND
+                expected[i] = seq
+        # Every worker: only the last answer wakes us, and the workers wake each other (a
+        # cascade). Some: each answer does (the waits for some are for the first answers:
+        # collect_ready), and all are woken at once (an idle one would not pass it on).
+        bell.ring(len(targets), 0 if everyone else _WAKE_EACH, cascade=everyone)
 
     def _next_turn(self, pending: dict[int, Worker]) -> None:
         """A worker answered (or died): command the next one waiting for its turn."""
@@ -931,9 +939,11 @@ class WorkerPool:
         ``SLICE_S``, polling the sentinels between them, so a death is seen within a slice.
         Returns None when every one answered a plain OK (the usual step)."""
         mark, n = bell.mark, len(workers)
-        index = np.fromiter((w.index for w in workers), np.intp, n)
-        want = np.fromiter(((w.expected or 0) << 8 | MARK_OK for w in workers), np.uint64, n)
-        want_seq = want >> 8
+        index: slice | np.ndarray = slice(None)
+        if n != len(self.resources.workers):
+            index = np.fromiter((w.index for w in workers), np.intp, n)
+        want_seq = bell.expected[index].copy()
+        want = (want_seq << _SHIFT) | _MARK_OK
         needed = n if enough is None else enough
         dead: dict[int, Failure] = {}
         #: answers found on the pipe of a worker that exited before it could mark them
@@ -947,13 +957,13 @@ class WorkerPool:
         # wakes us (``_announce``) and the marks are read each time.
         whole = enough is None and bell.level() == 0
         look = True
+        rewoken = False
         while True:
             seen = bell.remaining()
             if look or seen <= 0 or not whole:
                 got = mark[index]
                 if not dead and not drained and np.array_equal(got, want):
-                    for w in workers:
-                        w.expected = None
+                    bell.expected[index] = 0
                     if enough is None:
                         waited = time.perf_counter() - started
                         self._wait_estimate = 0.5 * (self._wait_estimate + waited)
@@ -972,15 +982,20 @@ class WorkerPool:
                     break
                 slice_s = min(slice_s, left)
             look = not bell.sleep(seen, slice_s)
+            if look and not rewoken and bell.cascading():
+                # A worker may have died before passing the wake-up on: wake every sleeper.
+                rewoken = True
+                bell.wake_all()
             if look:
                 # The slice ran out (or a signal came): any deaths? (a skewed countdown is
                 # also caught here: the marks are read again)
                 answered = (mark[index] >> 8) == want_seq
                 for w in self._dead_among(workers, answered, {*dead, *drained}):
-                    if (int(mark[w.index]) >> 8) == w.expected:
+                    awaited = int(bell.expected[w.index])
+                    if (int(mark[w.index]) >> 8) == awaited:
                         continue  # it answered before it died: the answer is taken below
                     # Its answer may be on the pipe, written just before it exited unmarked.
-                    reply = self._drain(w)
+                    reply = self._drain(w, awaited)
                     if reply is not _DEAD:
                         assert isinstance(reply, tuple)
                         drained[w.index] = reply
@@ -993,14 +1008,15 @@ class WorkerPool:
         got = mark[index]
         replies: dict[int, Reply] = {}
         failures: list[Failure] = list(dead.values())
-        for w, word in zip(workers, got.tolist(), strict=True):
+        expected = bell.expected
+        for w, word, awaited in zip(workers, got.tolist(), want_seq.tolist(), strict=True):
             if w.index in dead:
                 continue
             if w.index in drained:
                 replies[w.index] = drained[w.index]
-                w.expected = None
+                expected[w.index] = 0
                 continue
-            if (word >> 8) != w.expected:
+            if (word >> 8) != awaited:
                 if enough is None and not (stop_at_death and dead):
                     message = f"no reply from {w.describe()} after {timeout:g} s {what}"
                     failures.append(Failure(w, "hung", message))
@@ -1008,15 +1024,15 @@ class WorkerPool:
             if word & 0xFF == MARK_OK:
                 replies[w.index] = PLAIN_OK
             else:
-                reply = self._read(w)
+                reply = self._read(w, awaited)
                 while reply is _STALE:  # answers to commands abandoned earlier
-                    reply = self._read(w)
+                    reply = self._read(w, awaited)
                 if reply is _DEAD:
                     failures.append(self._death(w, what))
                     continue
                 assert isinstance(reply, tuple)
                 replies[w.index] = reply
-            w.expected = None
+            expected[w.index] = 0
         return replies, failures
 
     def _dead_among(
@@ -1039,20 +1055,24 @@ class WorkerPool:
         fired = (by_fd[fd] for fd, _ in events)
         return [w for w in fired if w.index in waiting and w.index not in known]
 
-    def _read(self, worker: Worker) -> Reply | object:
+    def _read(self, worker: Worker, awaited: int | None = -1) -> Reply | object:
+        """The next frame on ``worker``'s reply pipe: its reply if its seq is ``awaited``
+        (default: ``worker.expected``; a worker on the bell keeps it in ``bell.expected``),
+        ``_STALE`` if not, ``_DEAD`` at EOF."""
         try:
             code, seq, payload = proto.read_frame(worker.reply_fd)
         except (EOFError, OSError):
             return _DEAD
-        if seq != worker.expected:
+        if seq != (worker.expected if awaited == -1 else awaited):
             return _STALE
         return _STATUSES[code], payload
 
-    def _drain(self, worker: Worker) -> Reply | object:
-        """The sentinel fired; a reply written just before the exit may still be in the pipe."""
+    def _drain(self, worker: Worker, awaited: int | None = -1) -> Reply | object:
+        """The sentinel fired; a reply written just before the exit may still be in the pipe
+        (``awaited``: as in :meth:`_read`)."""
         fd = worker.reply_fd
         while select.select([fd], [], [], 0)[0]:
-            reply = self._read(worker)
+            reply = self._read(worker, awaited)
             if reply is not _STALE:
                 return reply
         return _DEAD
@@ -1084,13 +1104,15 @@ class WorkerPool:
         if bell is not None:
             # The replacement starts from no command and no answer.
             bell.cmd[worker.index] = bell.mark[worker.index] = 0
+            bell.expected[worker.index] = 0
         new = self.spawn(worker.index)
         self.workers[worker.index] = new
         self._forget_workers()
         self.handshake([new], timeout)
         self.send_to(new, Command.ATTACH, self._attach_payload)
         self._answers([new], timeout, "attaching the shared block")
-        new.on_bell = bell is not None
+        if bell is not None:
+            _to_bell(bell, new)
         return new
 
     def counters(self, timeout: float | None) -> dict[int, WorkerCounters]:
@@ -1132,8 +1154,19 @@ class WorkerPool:
         return error
 
 
+def _to_bell(bell: Bell, worker: Worker) -> None:
+    """``worker`` attached under the futex protocol: from now on its seq and awaited seq live
+    in ``bell.seq`` and ``bell.expected`` (numpy arrays the usual step updates at once), not
+    in the Worker."""
+    assert worker.expected is None
+    bell.seq[worker.index] = worker.seq
+    bell.expected[worker.index] = 0
+    worker.on_bell = True
+
+
 _DEAD = object()
 _STEP_COMMAND = Command.STEP
+_SHIFT, _MARK_OK = np.uint64(8), np.uint64(MARK_OK)
 #: a level no countdown reaches: every answer wakes the parent (``_wake``)
 _WAKE_EACH = 2000
 _STATUSES = {int(status): status for status in Status}
