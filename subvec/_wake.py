@@ -190,6 +190,9 @@ def _wake_op_code(level: int) -> int:
     return (_FUTEX_OP_ADD << 28) | (_FUTEX_OP_CMP_LE << 24) | (0xFFF << 12) | ((level + 1) & 0xFFF)
 
 
+_WAKE_AT_LAST = _wake_op_code(0)
+
+
 class Bell:
     """Both sides of the protocol over the block's control regions.
 
@@ -219,8 +222,13 @@ class Bell:
         self._nobody = base + 4 * _NOBODY
         self._timespec = _Timespec()
         self._timeout = ctypes.addressof(self._timespec)
-        #: the worker's side: the last generation it passed the wake-up on in
+        #: the worker's side: the last generation it passed the wake-up on in, and the words
+        #: as memoryviews (their items are Python ints: a worker reads them a few times per
+        #: step, on a CPU it shares with many others, so every call counts)
         self._passed_on = -1
+        self._words_mv = memoryview(self.words)
+        self._cmd_mv = memoryview(self.cmd)
+        self._mark_mv = memoryview(self.mark)
 
     # --- parent ----------------------------------------------------------------------------
 
@@ -287,34 +295,37 @@ class Bell:
         """Block until worker ``index``'s command word differs from ``seen``; return it.
         Busy-looks at it for up to ``spin_s`` first (without a system call). Woken in a
         cascade, passes the wake-up on first (once per generation)."""
-        cmd, words = self.cmd, self.words
-        value = int(cmd[index])
+        cmd, words = self._cmd_mv, self._words_mv
+        value: int = cmd[index]
         if value != seen:
             return value
         if spin_s:
             deadline = time.perf_counter() + spin_s
             while time.perf_counter() < deadline:
-                value = int(cmd[index])
+                value = cmd[index]
                 if value != seen:
                     return value
         fn, number, gen = self._fn, self._number, self._gen
         while True:
-            generation = int(words[_GEN])
-            value = int(cmd[index])
+            generation = words[_GEN]
+            value = cmd[index]
             if value != seen:
                 return value
             fn(number, gen, _FUTEX_WAIT, generation, None, None, 0)
-            generation = int(words[_GEN])
+            generation = words[_GEN]
             if generation != self._passed_on and words[_CASCADE]:
                 self._passed_on = generation
                 fn(number, gen, _FUTEX_WAKE, self.fan_out, None, None, 0)
 
     def answer(self, index: int, seq: int, status: int) -> None:
         """Mark worker ``index``'s answer to command ``seq`` and count it down."""
-        self.mark[index] = (seq << 8) | status
-        op = _wake_op_code(int(self.words[_LEVEL]))
+        self._mark_mv[index] = (seq << 8) | status
+        level = self._words_mv[_LEVEL]
+        op = _WAKE_AT_LAST if level == 0 else _wake_op_code(level)
         self._fn(self._number, self._nobody, _FUTEX_WAKE_OP, 0, 1, self._remaining, op)
 
     def close(self) -> None:
         """Drop the views (so that the block can unmap)."""
+        for view in (self._words_mv, self._cmd_mv, self._mark_mv):
+            view.release()
         self.words = self.cmd = self.mark = np.empty(0, np.uint64)
