@@ -226,9 +226,9 @@ class Bell:
         #: as memoryviews (their items are Python ints: a worker reads them a few times per
         #: step, on a CPU it shares with many others, so every call counts)
         self._passed_on = -1
-        self._words_mv = memoryview(self.words)
-        self._cmd_mv = memoryview(self.cmd)
-        self._mark_mv = memoryview(self.mark)
+        self._words_mv = memoryview(self.words.data)
+        self._cmd_mv = memoryview(self.cmd.data)
+        self._mark_mv = memoryview(self.mark.data)
 
     # --- parent ----------------------------------------------------------------------------
 
