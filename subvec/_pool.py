@@ -956,13 +956,14 @@ class WorkerPool:
         # last answer wakes us, and the marks are read once. Waiting for some, every answer
         # wakes us (``_announce``) and the marks are read each time.
         whole = enough is None and bell.level() == 0
-        look = True
+        # The countdown is set by the ring and only goes down: above zero, no need to look.
+        look = not whole
         rewoken = False
         while True:
             seen = bell.remaining()
             if look or seen <= 0 or not whole:
                 got = mark[index]
-                if not dead and not drained and np.array_equal(got, want):
+                if not dead and not drained and (got == want).all():
                     bell.expected[index] = 0
                     if enough is None:
                         waited = time.perf_counter() - started
