@@ -690,6 +690,13 @@ class WorkerPool:
         outcomes = self._answers(self.workers, timeout, "reporting stats")
         return {index: value for index, (_, value) in outcomes.items()}
 
+    def seq(self, worker: Worker) -> int:
+        """The seq of ``worker``'s last command (how many commands it was sent)."""
+        bell = self.resources.bell
+        if bell is not None and worker.on_bell:
+            return int(bell.seq[worker.index])
+        return worker.seq
+
     def dead(self) -> list[Worker]:
         """The workers whose process has exited (reaped here), in worker order."""
         return [w for w in self.workers if not w.process.is_alive()]

@@ -58,8 +58,10 @@ class Worker:
     process: Any  # multiprocessing.process.BaseProcess
     cmd_conn: Connection
     reply_conn: Connection
+    #: the seq of its last command, and of the reply still awaited; a worker on the bell
+    #: (``on_bell``) keeps both in the Bell's arrays instead (``WorkerPool.seq``)
     seq: int = 0
-    expected: int | None = None  # seq of the reply still awaited
+    expected: int | None = None
     hello: WorkerHello | None = None
     cmd_fd: int = -1  # the raw fds of the two pipes, read once (Connection.fileno() checks)
     reply_fd: int = -1
