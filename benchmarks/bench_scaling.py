@@ -6,7 +6,9 @@ parent). For each N and each vector env, in a fresh interpreter: reset, warm up,
 
 - the parent's CPU time (``getrusage(RUSAGE_SELF)``, user + system, every thread of the parent)
   per step divided by N: what one worker costs the one process that serves them all;
-- the wall time per step minus the 2 ms of the env: the overhead a step adds to its slowest env.
+- the wall time per step minus the 2 ms of the env: the overhead a step adds to its slowest env;
+- the workers' CPU time (``/proc/<pid>/schedstat``, time on a CPU) per step divided by N: on
+  fewer cores than workers, the wall overhead is mostly this, scheduled on the cores there are.
 
 Vector envs: ``futex`` (subvec with the futex protocol, ``SUBVEC_WAKE=futex``), ``pipes``
 (subvec with the pipes alone, ``SUBVEC_WAKE=pipes``) and ``async`` (gymnasium's
@@ -56,27 +58,42 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _on_cpu(pids: list[int]) -> float:
+    """Seconds the processes ``pids`` have spent on a CPU (0 where schedstat is missing)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total * 1e-9
+
+
 def measure(impl: str, workers: int, steps: int) -> dict[str, Any]:
     """One configuration, in this interpreter."""
     fns = [SleepEnv] * workers
     if impl == "async":
         envs: Any = gym.vector.AsyncVectorEnv(fns, shared_memory=True)
         wake = "pipes"
+        pids = [p.pid for p in envs.processes]
     else:
         os.environ["SUBVEC_WAKE"] = impl
         import subvec
 
         envs = subvec.SubprocVectorEnv(fns, num_workers=workers)
         wake = envs.layout.wake
+        pids = list(envs.worker_pids)
     try:
         envs.reset(seed=0)
         actions = np.zeros(workers, np.int64)
         for _ in range(max(20, steps // 10)):
             envs.step(actions)
-        cpu, wall = _cpu(), time.perf_counter()
+        cpu, wall, children = _cpu(), time.perf_counter(), _on_cpu(pids)
         for _ in range(steps):
             envs.step(actions)
         cpu, wall = _cpu() - cpu, time.perf_counter() - wall
+        children = _on_cpu(pids) - children
     finally:
         envs.close()
     return {
@@ -86,6 +103,7 @@ def measure(impl: str, workers: int, steps: int) -> dict[str, Any]:
         "steps": steps,
         "parent_us_per_worker_step": cpu / steps / workers * 1e6,
         "overhead_ms_per_step": (wall / steps - SLEEP_S) * 1e3,
+        "worker_us_per_worker_step": children / steps / workers * 1e6,
     }
 
 
@@ -107,12 +125,19 @@ def table(rows: list[dict[str, Any]]) -> str:
         by.setdefault((row["workers"], row["impl"]), []).append(row)
     impls = [i for i in IMPLS if any(k[1] == i for k in by)]
     head = "| workers | " + " | ".join(f"{i} parent us/worker/step" for i in impls)
-    head += " | " + " | ".join(f"{i} overhead ms/step" for i in impls) + " |"
-    lines = [head, "|---:" * (1 + 2 * len(impls)) + "|"]
+    head += " | " + " | ".join(f"{i} overhead ms/step" for i in impls)
+    head += " | " + " | ".join(f"{i} worker us/worker/step" for i in impls) + " |"
+    lines = [head, "|---:" * (1 + 3 * len(impls)) + "|"]
+
+    def med(n: int, impl: str, key: str) -> float:
+        got = [r[key] for r in by[(n, impl)] if key in r]
+        return statistics.median(got) if got else math.nan
+
     for n in sorted({k[0] for k in by}):
-        cpu = [statistics.median(r["parent_us_per_worker_step"] for r in by[(n, i)]) for i in impls]
-        ovh = [statistics.median(r["overhead_ms_per_step"] for r in by[(n, i)]) for i in impls]
-        cells = [f"{c:.2f}" for c in cpu] + [f"{o:.2f}" for o in ovh]
+        cpu = [med(n, i, "parent_us_per_worker_step") for i in impls]
+        ovh = [med(n, i, "overhead_ms_per_step") for i in impls]
+        own = [med(n, i, "worker_us_per_worker_step") for i in impls]
+        cells = [f"{c:.2f}" for c in cpu] + [f"{o:.2f}" for o in ovh] + [f"{w:.1f}" for w in own]
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -7,172 +7,64 @@ can be bounded. Each command carries a per-worker sequence number echoed by its 
 whose number is not the awaited one answers a command the parent stopped waiting for (after a
 timeout or an interrupt) and is dropped, never taken for the answer to a later command.
 
-Cleanup lives in :func:`release`, which holds no reference to the vector env, so it can serve
-as that env's ``weakref.finalize`` callback (garbage collection, interpreter exit).
+The worker records, their cleanup (:func:`release`, which holds no reference to the vector env,
+so it can serve as that env's ``weakref.finalize`` callback) and the reading of one worker's
+replies live in ``_pool_workers``; the futex protocol's side of the waits (pools whose workers
+attached with it) in ``_pool_bell``. This module starts the workers, sends their commands and
+waits for their replies on the pipes.
 """
 
 from __future__ import annotations
 
-import os
 import select
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection
+from dataclasses import replace
 from multiprocessing.context import BaseContext
 from typing import Any
 
 import cloudpickle
-import numpy as np
 
 from subvec import _pickling as pickling
 from subvec import _protocol as proto
-from subvec._backend import PLAIN, Collected, Failure, Outcome
+from subvec._backend import Collected, Failure, Outcome
 from subvec._bootstrap import lifeline_for, start
 from subvec._commands import (
     Command,
-    ErrorRecord,
     Status,
     WorkerCounters,
     WorkerHello,
     raise_first,
-    rebuild_remote_error,
 )
 from subvec._gpus import WorkerEnvSpec, worker_environment
+from subvec._pool_bell import BellExchange
+from subvec._pool_quick import Quick, build_quick
+from subvec._pool_workers import (
+    DEAD,
+    PLAIN_OK,
+    STALE,
+    TERMINATE_GRACE,
+    Gathered,
+    PoolResources,
+    Reply,
+    Worker,
+    death,
+    decode,
+    discard,
+    drain,
+    read_reply,
+    release,
+    to_bell,
+)
 from subvec._protocol import AttachSpec
 from subvec._shm import SharedBlock
 from subvec._starts import BuildFailure, StartGate
 from subvec._topology import Placement
-from subvec._wake import MARK_OK, PIPE_KIND, PIPES, SLICE_S, STEP_KIND, Bell
+from subvec._wake import PIPES, Bell
 from subvec._worker import worker_main
-from subvec.errors import describe_exitcode
 
 __all__ = ["Worker", "WorkerPool", "release"]
-
-#: After SIGTERM, how long a worker gets before SIGKILL; also the grace of a last-resort close.
-TERMINATE_GRACE = 1.0
-
-Reply = tuple[Status, bytes]
-
-
-@dataclass
-class Worker:
-    index: int
-    lo: int  # first global env index
-    hi: int  # one past the last
-    process: Any  # multiprocessing.process.BaseProcess
-    cmd_conn: Connection
-    reply_conn: Connection
-    seq: int = 0
-    expected: int | None = None  # seq of the reply still awaited
-    hello: WorkerHello | None = None
-    cmd_fd: int = -1  # the raw fds of the two pipes, read once (Connection.fileno() checks)
-    reply_fd: int = -1
-    #: the process's pid, kept: reports name a replaced worker after its process is closed
-    pid: int | None = None
-    #: attached with the futex protocol: its commands are announced in the block (``_wake``)
-    on_bell: bool = False
-
-    def __post_init__(self) -> None:
-        self.cmd_fd = self.cmd_conn.fileno()
-        self.reply_fd = self.reply_conn.fileno()
-        self.pid = self.process.pid
-
-    def describe(self) -> str:
-        span = f"env {self.lo}" if self.hi - self.lo == 1 else f"envs {self.lo}..{self.hi - 1}"
-        return f"worker {self.index} (pid {self.pid}, {span})"
-
-
-Gathered = tuple[dict[int, Reply], list[Failure]]
-#: (round_trip(command, timeout, what, stop_at_death), take(timeout, what, stop_at_death))
-_Quick = tuple[
-    Callable[[Command, "float | None", str, bool], "Gathered | None"],
-    Callable[["float | None", str, bool], "Gathered | None"],
-]
-
-
-@dataclass
-class PoolResources:
-    """What must be released, held apart from the vector env so a finalizer can reach it."""
-
-    workers: list[Worker] = field(default_factory=list)
-    block: SharedBlock | None = None
-    #: the chunk block (``_chunks``), once a chunk was stepped
-    chunk_block: SharedBlock | None = None
-    #: the start tokens (max_concurrent_starts), if any
-    gate: StartGate | None = None
-    #: the futex protocol's words in the block, if the pool uses it
-    bell: Bell | None = None
-
-
-def release(resources: PoolResources, grace: float = TERMINATE_GRACE) -> None:
-    """Stop every worker (bounded: CLOSE, then SIGTERM after ``grace``, then SIGKILL), close the
-    pipes and unlink the block. Idempotent. Must not reference the vector env (it is its
-    finalizer).
-
-    Ctrl-C (any exception) while waiting for the workers to exit stops the waiting: they are
-    killed at once, everything is released, and the exception goes on.
-    """
-    workers, resources.workers = resources.workers, []
-    bell = resources.bell
-    try:
-        for worker in workers:
-            if worker.process.is_alive():
-                try:
-                    proto.write_frame(worker.cmd_fd, Command.CLOSE, worker.seq + 1)
-                except (OSError, ValueError):
-                    pass  # it is dying already; terminate() below makes sure
-                if bell is not None and worker.on_bell:
-                    bell.cmd[worker.index] = ((worker.seq + 1) << 8) | PIPE_KIND
-        if bell is not None:
-            bell.ring(0)
-        terminate(workers, grace=grace)
-    except BaseException:
-        terminate(workers, grace=0.0)
-        raise
-    finally:
-        for worker in workers:
-            _discard(worker)
-        for name in ("block", "chunk_block"):
-            block = getattr(resources, name)
-            setattr(resources, name, None)
-            if block is not None:
-                block.close()
-        gate, resources.gate = resources.gate, None
-        if gate is not None:
-            gate.close()
-        if bell is not None:
-            resources.bell = None
-            bell.close()
-
-
-def _discard(worker: Worker) -> None:
-    """Close a stopped worker's pipes and its process object (the sentinel's fd, now rather
-    than when collected)."""
-    worker.cmd_conn.close()
-    worker.reply_conn.close()
-    try:
-        worker.process.close()
-    except ValueError:  # still running after SIGKILL + 5 s: leave it to the OS
-        pass
-
-
-def terminate(workers: Sequence[Worker], grace: float) -> None:
-    """Join workers within ``grace``; SIGTERM the stragglers, wait ``grace``, then SIGKILL."""
-    deadline = time.monotonic() + grace
-    for worker in workers:
-        worker.process.join(max(0.0, deadline - time.monotonic()))
-    stragglers = [w for w in workers if w.process.is_alive()]
-    for worker in stragglers:
-        worker.process.terminate()
-    deadline = time.monotonic() + grace
-    for worker in stragglers:
-        worker.process.join(max(0.0, deadline - time.monotonic()))
-    for worker in stragglers:
-        if worker.process.is_alive():
-            worker.process.kill()
-            worker.process.join(5.0)
 
 
 class WorkerPool:
@@ -228,8 +120,8 @@ class WorkerPool:
     ) -> None:
         self.ctx = ctx
         self.wake = wake
-        #: the sentinels of every worker, polled between the slices of a futex wait
-        self._sentinels: tuple[select.poll, dict[int, Worker]] | None = None
+        #: the futex protocol's exchange, once the workers attached with it
+        self._bell: BellExchange | None = None
         self.worker_env = worker_env
         self.build_retries = build_retries
         #: every failed factory attempt that was tried again, in the order the workers said
@@ -250,7 +142,7 @@ class WorkerPool:
         self._wait_estimate = 0.0
         self.wait_first = partner
         self._first_poller: tuple[Worker, select.poll] | None = None
-        self._quick: _Quick | None = None
+        self._quick: Quick | None = None
         #: the pickled ATTACH command, kept to attach a replacement worker
         self._attach_payload = b""
         self.max_active = max_active
@@ -260,7 +152,9 @@ class WorkerPool:
 
     def _forget_workers(self) -> None:
         """Drop what is kept per set of workers (after a start or a replacement)."""
-        self._poller = self._first_poller = self._quick = self._sentinels = None
+        self._poller = self._first_poller = self._quick = None
+        if self._bell is not None:
+            self._bell.forget_workers()
 
     @property
     def workers(self) -> list[Worker]:
@@ -361,9 +255,10 @@ class WorkerPool:
             self.send_to(worker, Command.ATTACH, self._attach_payload)
         self._answers(self.workers, timeout, "attaching")
         if spec.wake:
-            self.resources.bell = Bell(block.views)
+            bell = self.resources.bell = Bell(block.views)
+            self._bell = BellExchange(bell, self.resources, self.spin_s)
             for worker in self.workers:
-                worker.on_bell = True
+                to_bell(bell, worker)
 
     def _answers(
         self, workers: Sequence[Worker], timeout: float | None, what: str
@@ -372,7 +267,7 @@ class WorkerPool:
         replies, failures = self.gather(workers, timeout, what)
         if failures:
             raise failures[0].to_error(timeout or 0.0)
-        outcomes = {w.index: self._decode(w, replies[w.index]) for w in workers}
+        outcomes = {w.index: decode(w, replies[w.index]) for w in workers}
         raise_first([v for status, v in outcomes.values() if status is Status.ERROR])
         return outcomes
 
@@ -403,9 +298,9 @@ class WorkerPool:
             command in _IN_TURNS or _is_chunk(command, payload, per_unit, targets)
         ):
             first = self.max_active
-        bell = self.resources.bell
-        if bell is not None and first == len(targets):
-            self._announce(bell, targets, command, data, per_unit, dump)
+        exchange = self._bell
+        if exchange is not None and first == len(targets):
+            exchange.announce(targets, command, data, per_unit, dump)
             return
         for i, worker in enumerate(targets):
             frame = data if per_unit is None else dump(per_unit(worker))
@@ -420,9 +315,9 @@ class WorkerPool:
     def send_to(self, worker: Worker, command: Command, payload: bytes = b"") -> None:
         """Send one frame to ``worker``; its reply is the one awaited from now on (announced
         in the block when the worker serves the futex protocol)."""
-        bell = self.resources.bell
-        if bell is not None and worker.on_bell:
-            self._announce(bell, [worker], command, payload, None, proto.dumps, framed=True)
+        exchange = self._bell
+        if exchange is not None and worker.on_bell:
+            exchange.announce([worker], command, payload, None, proto.dumps, framed=True)
             return
         worker.seq += 1
         worker.expected = worker.seq
@@ -430,40 +325,6 @@ class WorkerPool:
             proto.write_frame(worker.cmd_fd, command, worker.seq, payload)
         except OSError:
             pass  # EPIPE: the worker is gone; gather() learns how from its sentinel
-
-    def _announce(
-        self,
-        bell: Bell,
-        targets: Sequence[Worker],
-        command: Command,
-        data: bytes,
-        per_unit: Callable[[Any], Any] | None,
-        dump: Callable[[Any], bytes],
-        framed: bool = False,
-    ) -> None:
-        """The futex protocol's send: a STEP without payload to a worker that answered its
-        last command is announced in the block alone; anything else is framed on the pipe
-        first (its frame behind any a worker has not read yet, served in order). Then one
-        wake-up for all. ``framed``: ``data`` is the payload as it is (not through
-        ``per_unit``)."""
-        cmd = bell.cmd
-        plain = command is _STEP_COMMAND and not data and per_unit is None
-        for worker in targets:
-            seq = worker.seq = worker.seq + 1
-            if plain and worker.expected is None:
-                cmd[worker.index] = (seq << 8) | STEP_KIND
-            else:
-                frame = data if per_unit is None or framed else dump(per_unit(worker))
-                try:
-                    proto.write_frame(worker.cmd_fd, command, seq, frame)
-                except OSError:
-                    pass  # EPIPE: as in send_to
-                cmd[worker.index] = (seq << 8) | PIPE_KIND
-            worker.expected = seq
-        everyone = len(targets) == len(self.resources.workers)
-        # Every worker: only the last answer wakes us. Some: each answer does (the waits for
-        # some are for the first answers: collect_ready).
-        bell.ring(len(targets), 0 if everyone else _WAKE_EACH)
 
     def _next_turn(self, pending: dict[int, Worker]) -> None:
         """A worker answered (or died): command the next one waiting for its turn."""
@@ -494,9 +355,9 @@ class WorkerPool:
         passes), then take every other answer already there, without waiting. A unit still
         silent is left in flight (its reply stays awaited): nothing is reported hung."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        bell = self.resources.bell
-        if bell is not None:
-            got = self._bell_wait(bell, units, timeout, what, False, deadline, enough)
+        exchange = self._bell
+        if exchange is not None:
+            got = exchange.wait(units, timeout, what, False, deadline, enough)
             collected = self._decoded(got if got is not None else ({}, []))
             assert collected is not None
             return collected
@@ -527,22 +388,22 @@ class WorkerPool:
                 if worker.index in answered:
                     continue  # its other fd in the same poll, after its answer
                 if worker.index not in pending:  # idle
-                    if is_reply and self._read(worker) is _STALE:
+                    if is_reply and read_reply(worker) is STALE:
                         continue
                     poller.unregister(fd)  # dead: it would fire on every poll
                     self._poller = self._quick = None
                     continue
-                reply = self._read(worker) if is_reply else self._drain(worker)
-                if reply is _STALE:
+                reply = read_reply(worker) if is_reply else drain(worker)
+                if reply is STALE:
                     continue
                 del pending[worker.index]
                 answered.add(worker.index)
-                if reply is _DEAD:
+                if reply is DEAD:
                     # Its sentinel stays readable: out of the kept object, rebuilt next time.
                     for done in (worker.reply_fd, worker.process.sentinel):
                         poller.unregister(done)
                     self._poller = self._quick = None
-                    failures.append(self._death(worker, what))
+                    failures.append(death(worker, what))
                 else:
                     assert isinstance(reply, tuple)
                     replies[worker.index] = reply
@@ -558,18 +419,8 @@ class WorkerPool:
             return None
         replies, failures = gathered
         workers = self.workers
-        outcomes = {i: self._decode(workers[i], reply) for i, reply in replies.items()}
+        outcomes = {i: decode(workers[i], reply) for i, reply in replies.items()}
         return Collected(outcomes, failures)
-
-    @staticmethod
-    def _decode(worker: Worker, reply: Reply) -> Outcome:
-        status, payload = reply
-        if status is Status.OK:
-            return PLAIN
-        if status is Status.ERROR:
-            record: ErrorRecord = proto.loads(payload)
-            return status, rebuild_remote_error(record, worker.pid)
-        return status, proto.loads(payload)
 
     def _send_order(self) -> list[Worker]:
         workers = self.resources.workers
@@ -615,11 +466,11 @@ class WorkerPool:
         self, command: Command, timeout: float | None, what: str, stop_at_death: bool = False
     ) -> Collected | None:
         """``send(command)`` then ``collect(...)``: the per-step round trip."""
-        bell = self.resources.bell
-        if bell is not None:
+        exchange = self._bell
+        if exchange is not None:
             workers = self.resources.workers
-            self._announce(bell, workers, command, b"", None, proto.dumps)
-            return self._decoded(self._bell_gather(bell, workers, timeout, what, stop_at_death))
+            exchange.announce(workers, command, b"", None, proto.dumps)
+            return self._decoded(exchange.gather(workers, timeout, what, stop_at_death))
         quick = self._quick or self._build_quick()
         if quick is None:
             self.send(command)
@@ -638,11 +489,11 @@ class WorkerPool:
         """:meth:`exchange` with the same ``payload`` for every worker (an action chunk's
         command, its actions in the chunk block): framed in send order, the partner last,
         then the quick read of the replies."""
-        bell = self.resources.bell
+        exchange = self._bell
         workers = self.resources.workers
-        if bell is not None:
-            self._announce(bell, workers, command, payload, None, proto.dumps, framed=True)
-            return self._decoded(self._bell_gather(bell, workers, timeout, what, stop_at_death))
+        if exchange is not None:
+            exchange.announce(workers, command, payload, None, proto.dumps, framed=True)
+            return self._decoded(exchange.gather(workers, timeout, what, stop_at_death))
         quick = self._quick or self._build_quick()
         if quick is None:
             self.send(command, payload, per_unit=None, encoded=True)
@@ -662,119 +513,19 @@ class WorkerPool:
     ) -> Gathered | None:
         """``gather`` over the whole pool. Returns None when every worker answered with a
         plain OK (nothing to decode: the usual cheap step)."""
-        bell = self.resources.bell
-        if bell is not None:
+        exchange = self._bell
+        if exchange is not None:
             workers = self.resources.workers
-            return self._bell_gather(bell, workers, timeout, what, stop_at_death)
+            return exchange.gather(workers, timeout, what, stop_at_death)
         quick = self._quick or self._build_quick()
         if quick is None:
             return self.gather(self.resources.workers, timeout, what, stop_at_death)
         return quick[1](timeout, what, stop_at_death)
 
-    def _build_quick(self) -> _Quick | None:
-        """The per-step round trip as two closures over what it needs, kept until the workers
-        change (``_forget_workers``), or None when it does not apply: the parent busy-polls,
-        or there is no partner.
-
-        The parent sends the partner its command last and sleeps until the partner (the
-        worker on its CPU, or the only worker) answers or anyone dies; the others have
-        usually answered by then. If the kept poll object then shows every reply fd readable
-        and nothing else, each reply header is read and compared, as bytes, with the plain OK
-        it should be. On a cheap env the parent shares its CPU with the partner, so every
-        call and attribute lookup here is paid twice: in time, and in the caches and branch
-        history the partner finds cold after us (docs/decisions/0009-steady-state-step-path.md:
-        these closures against the same steps as methods). Anything else (a reply still to come,
-        a payload, an error, a death, a stale or broken frame) goes on through ``gather``
-        for the workers still awaited, within the same deadline (``_take_rest``).
-        """
-        workers = list(self.resources.workers)
-        first = self.wait_first
-        if self.spin_s or first is None or self.max_active is not None:
-            return None
-        order = self._send_order()
-        partner_poll = self._partner_poller(workers[first]).poll
-        poller, by_fd = self._full_poller()
-        full_poll = poller.poll
-        # What the full poll returns when every reply is in and nothing else happened (poll
-        # lists fds in registration order; any other order only costs the slower path).
-        all_ready = [(fd, select.POLLIN) for fd, (_, is_reply) in by_fd.items() if is_reply]
-        read, write, pack, size = os.read, os.write, proto.HEADER.pack, proto.HEADER.size
-        monotonic, ok, take_rest = time.monotonic, Status.OK, self._take_rest
-
-        def take(timeout: float | None, what: str, stop_at_death: bool) -> Gathered | None:
-            if timeout is None:
-                deadline = None
-                events = partner_poll(-1)
-            else:
-                deadline = monotonic() + timeout
-                events = partner_poll(int(timeout * 1000) + 1)
-            # With one worker, the partner's own events already say it all (one system call
-            # less per step on one CPU); otherwise the full poll shows the others.
-            if events != all_ready and full_poll(0) != all_ready:
-                return take_rest(None, b"", timeout, what, stop_at_death, deadline)
-            for w in workers:
-                head = read(w.reply_fd, size)
-                if head != pack(0, ok, w.expected):
-                    return take_rest(w, head, timeout, what, stop_at_death, deadline)
-                w.expected = None
-            return None
-
-        def round_trip(
-            command: Command, timeout: float | None, what: str, stop_at_death: bool
-        ) -> Gathered | None:
-            for w in order:
-                seq = w.seq = w.seq + 1
-                w.expected = seq
-                try:
-                    write(w.cmd_fd, pack(0, command, seq))
-                except OSError:
-                    pass  # as in send()
-            return take(timeout, what, stop_at_death)
-
-        self._quick = (round_trip, take)
+    def _build_quick(self) -> Quick | None:
+        """The per-step round trip (``_pool_quick``), kept until the workers change."""
+        self._quick = build_quick(self)
         return self._quick
-
-    def _take_rest(
-        self,
-        odd: Worker | None,
-        head: bytes,
-        timeout: float | None,
-        what: str,
-        stop_at_death: bool,
-        deadline: float | None,
-    ) -> Gathered:
-        """The quick read's way out. ``odd`` (None when not every reply was in) sent ``head``,
-        which is not a plain OK; the workers before it answered plain OKs. Every reply being
-        in, the ones from ``odd`` on are read and parsed here (infos from every env each step
-        are common: MuJoCo, Atari); a death, a stale frame or a reply still to come is left
-        to ``gather``, within the same deadline."""
-        replies: dict[int, Reply] = {}
-        workers = self.resources.workers
-        if odd is not None:
-            for w in workers[workers.index(odd) :]:
-                try:
-                    if w is not odd:
-                        head = os.read(w.reply_fd, proto.HEADER.size)
-                    code, seq, payload = proto.finish_frame(w.reply_fd, head)
-                except (EOFError, OSError):
-                    break  # gather() sees the EOF again and reports the death
-                if seq != w.expected:
-                    # A stale frame (the late answer to an abandoned call) is dropped;
-                    # gather() waits for the answer behind it.
-                    break
-                replies[w.index] = (_STATUSES[code], payload)
-                w.expected = None
-        rest = []
-        for w in workers:
-            if w.expected is None:  # answered: a plain OK unless parsed above
-                replies.setdefault(w.index, PLAIN_OK)
-            else:
-                rest.append(w)
-        failures: list[Failure] = []
-        if rest:
-            more, failures = self.gather(rest, timeout, what, stop_at_death, deadline=deadline)
-            replies.update(more)
-        return replies, failures
 
     def gather(
         self,
@@ -794,9 +545,9 @@ class WorkerPool:
         """
         if deadline is None and timeout is not None:
             deadline = time.monotonic() + timeout
-        bell = self.resources.bell
-        if bell is not None and workers and workers[0].on_bell:
-            got = self._bell_gather(bell, workers, timeout, what, stop_at_death, deadline)
+        exchange = self._bell
+        if exchange is not None and workers and workers[0].on_bell:
+            got = exchange.gather(workers, timeout, what, stop_at_death, deadline)
             if got is None:
                 return {w.index: PLAIN_OK for w in workers}, []
             return got
@@ -875,16 +626,16 @@ class WorkerPool:
                     if kept:
                         self._poller = self._quick = None
                     continue
-                reply = self._read(worker) if is_reply else self._drain(worker)
-                if reply is _STALE:
+                reply = read_reply(worker) if is_reply else drain(worker)
+                if reply is STALE:
                     continue
                 del pending[worker.index]
                 if not kept:
                     for fd_done in (worker.reply_fd, worker.process.sentinel):
                         poller.unregister(fd_done)
                         by_fd_live.discard(fd_done)
-                if reply is _DEAD:
-                    failures.append(self._death(worker, what))
+                if reply is DEAD:
+                    failures.append(death(worker, what))
                     if kept:
                         # its sentinel stays readable from now on
                         self._poller = self._quick = None
@@ -901,172 +652,6 @@ class WorkerPool:
             self._wait_estimate = 0.5 * (self._wait_estimate + time.perf_counter() - started)
         return replies, failures
 
-    def _bell_gather(
-        self,
-        bell: Bell,
-        workers: Sequence[Worker],
-        timeout: float | None,
-        what: str,
-        stop_at_death: bool,
-        deadline: float | None = None,
-    ) -> Gathered | None:
-        """``gather`` under the futex protocol; None when every one answered a plain OK."""
-        if deadline is None and timeout is not None:
-            deadline = time.monotonic() + timeout
-        return self._bell_wait(bell, workers, timeout, what, stop_at_death, deadline)
-
-    def _bell_wait(
-        self,
-        bell: Bell,
-        workers: Sequence[Worker],
-        timeout: float | None,
-        what: str,
-        stop_at_death: bool,
-        deadline: float | None,
-        enough: int | None = None,
-    ) -> Gathered | None:
-        """Wait for the answers of ``workers`` in the block (``_wake``): every one's, or with
-        ``enough`` until that many answered or died, then take the others already in (the
-        rest stay in flight, none is hung). Sleeps on the countdown in slices of at most
-        ``SLICE_S``, polling the sentinels between them, so a death is seen within a slice.
-        Returns None when every one answered a plain OK (the usual step)."""
-        mark, n = bell.mark, len(workers)
-        index = np.fromiter((w.index for w in workers), np.intp, n)
-        want = np.fromiter(((w.expected or 0) << 8 | MARK_OK for w in workers), np.uint64, n)
-        want_seq = want >> 8
-        needed = n if enough is None else enough
-        dead: dict[int, Failure] = {}
-        #: answers found on the pipe of a worker that exited before it could mark them
-        drained: dict[int, Reply] = {}
-        started = time.perf_counter()
-        spin_until = 0.0
-        if self.spin_s and self._wait_estimate < self.spin_s:
-            spin_until = started + self.spin_s
-        # Waiting for the whole pool, the countdown says when to look at the marks: only the
-        # last answer wakes us, and the marks are read once. Waiting for some, every answer
-        # wakes us (``_announce``) and the marks are read each time.
-        whole = enough is None and bell.level() == 0
-        look = True
-        while True:
-            seen = bell.remaining()
-            if look or seen <= 0 or not whole:
-                got = mark[index]
-                if not dead and not drained and np.array_equal(got, want):
-                    for w in workers:
-                        w.expected = None
-                    if enough is None:
-                        waited = time.perf_counter() - started
-                        self._wait_estimate = 0.5 * (self._wait_estimate + waited)
-                    return None
-                answered = (got >> 8) == want_seq
-                if int(answered.sum()) + len(dead) + len(drained) >= needed:
-                    break
-            if spin_until:
-                if time.perf_counter() < spin_until:
-                    continue
-                spin_until = 0.0
-            slice_s = SLICE_S
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                slice_s = min(slice_s, left)
-            look = not bell.sleep(seen, slice_s)
-            if look:
-                # The slice ran out (or a signal came): any deaths? (a skewed countdown is
-                # also caught here: the marks are read again)
-                answered = (mark[index] >> 8) == want_seq
-                for w in self._dead_among(workers, answered, {*dead, *drained}):
-                    if (int(mark[w.index]) >> 8) == w.expected:
-                        continue  # it answered before it died: the answer is taken below
-                    # Its answer may be on the pipe, written just before it exited unmarked.
-                    reply = self._drain(w)
-                    if reply is not _DEAD:
-                        assert isinstance(reply, tuple)
-                        drained[w.index] = reply
-                        continue
-                    dead[w.index] = self._death(w, what)
-                    if stop_at_death:
-                        break
-                if stop_at_death and dead:
-                    break
-        got = mark[index]
-        replies: dict[int, Reply] = {}
-        failures: list[Failure] = list(dead.values())
-        for w, word in zip(workers, got.tolist(), strict=True):
-            if w.index in dead:
-                continue
-            if w.index in drained:
-                replies[w.index] = drained[w.index]
-                w.expected = None
-                continue
-            if (word >> 8) != w.expected:
-                if enough is None and not (stop_at_death and dead):
-                    message = f"no reply from {w.describe()} after {timeout:g} s {what}"
-                    failures.append(Failure(w, "hung", message))
-                continue
-            if word & 0xFF == MARK_OK:
-                replies[w.index] = PLAIN_OK
-            else:
-                reply = self._read(w)
-                while reply is _STALE:  # answers to commands abandoned earlier
-                    reply = self._read(w)
-                if reply is _DEAD:
-                    failures.append(self._death(w, what))
-                    continue
-                assert isinstance(reply, tuple)
-                replies[w.index] = reply
-            w.expected = None
-        return replies, failures
-
-    def _dead_among(
-        self, workers: Sequence[Worker], answered: np.ndarray, known: set[int]
-    ) -> list[Worker]:
-        """Those of ``workers`` not yet answered nor ``known`` (by index) whose sentinel fired (one
-        poll over every sentinel, kept between waits)."""
-        if self._sentinels is None:
-            poller = select.poll()
-            by_fd = {}
-            for w in self.resources.workers:
-                poller.register(w.process.sentinel, select.POLLIN)
-                by_fd[w.process.sentinel] = w
-            self._sentinels = (poller, by_fd)
-        poller, by_fd = self._sentinels
-        events = poller.poll(0)
-        if not events:
-            return []
-        waiting = {w.index for w, done in zip(workers, answered.tolist(), strict=True) if not done}
-        fired = (by_fd[fd] for fd, _ in events)
-        return [w for w in fired if w.index in waiting and w.index not in known]
-
-    def _read(self, worker: Worker) -> Reply | object:
-        try:
-            code, seq, payload = proto.read_frame(worker.reply_fd)
-        except (EOFError, OSError):
-            return _DEAD
-        if seq != worker.expected:
-            return _STALE
-        return _STATUSES[code], payload
-
-    def _drain(self, worker: Worker) -> Reply | object:
-        """The sentinel fired; a reply written just before the exit may still be in the pipe."""
-        fd = worker.reply_fd
-        while select.select([fd], [], [], 0)[0]:
-            reply = self._read(worker)
-            if reply is not _STALE:
-                return reply
-        return _DEAD
-
-    def _death(self, worker: Worker, what: str) -> Failure:
-        worker.process.join(1.0)  # the sentinel fires slightly before the status is reapable
-        exitcode = worker.process.exitcode
-        return Failure(
-            worker,
-            "died",
-            f"{worker.describe()} died with {describe_exitcode(exitcode)} while {what}",
-            exitcode,
-        )
-
     # --- restart / stop -------------------------------------------------------------------
 
     def restart(self, worker: Worker, timeout: float | None) -> Worker:
@@ -1079,18 +664,20 @@ class WorkerPool:
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(5.0)
-        _discard(worker)
+        discard(worker)
         bell = self.resources.bell
         if bell is not None:
             # The replacement starts from no command and no answer.
             bell.cmd[worker.index] = bell.mark[worker.index] = 0
+            bell.expected[worker.index] = 0
         new = self.spawn(worker.index)
         self.workers[worker.index] = new
         self._forget_workers()
         self.handshake([new], timeout)
         self.send_to(new, Command.ATTACH, self._attach_payload)
         self._answers([new], timeout, "attaching the shared block")
-        new.on_bell = bell is not None
+        if bell is not None:
+            to_bell(bell, new)
         return new
 
     def counters(self, timeout: float | None) -> dict[int, WorkerCounters]:
@@ -1102,6 +689,13 @@ class WorkerPool:
         self.send(Command.STATS, units=self.workers)
         outcomes = self._answers(self.workers, timeout, "reporting stats")
         return {index: value for index, (_, value) in outcomes.items()}
+
+    def seq(self, worker: Worker) -> int:
+        """The seq of ``worker``'s last command (how many commands it was sent)."""
+        bell = self.resources.bell
+        if bell is not None and worker.on_bell:
+            return int(bell.seq[worker.index])
+        return worker.seq
 
     def dead(self) -> list[Worker]:
         """The workers whose process has exited (reaped here), in worker order."""
@@ -1118,7 +712,7 @@ class WorkerPool:
             if live and not terminate_now:
                 self.send(Command.CLOSE, units=live)
                 replies, _ = self.gather(live, timeout, "closing")
-                errors = [self._decode(w, replies[w.index]) for w in live if w.index in replies]
+                errors = [decode(w, replies[w.index]) for w in live if w.index in replies]
                 try:
                     raise_first([v for status, v in errors if status is Status.ERROR])
                 except Exception as exc:
@@ -1132,13 +726,6 @@ class WorkerPool:
         return error
 
 
-_DEAD = object()
-_STEP_COMMAND = Command.STEP
-#: a level no countdown reaches: every answer wakes the parent (``_wake``)
-_WAKE_EACH = 2000
-_STATUSES = {int(status): status for status in Status}
-_STALE = object()
-PLAIN_OK: Reply = (Status.OK, b"")
 #: commands whose payloads may hold lambdas and closures (a call's arguments, attribute values)
 #: or objects of the script's own classes (reset options): a worker does not run the script, so
 #: pickle's reference to ``__main__.Name`` would not resolve there; cloudpickle sends them by value

@@ -70,7 +70,7 @@ def worker_stats(
     recycles: Sequence[RestartRecord],
     build_failures: Sequence[Any] = (),
 ) -> list[WorkerStats]:
-    """The :class:`WorkerStats` of ``workers`` (``_pool.Worker``) from their ``counters``
+    """The :class:`WorkerStats` of ``workers`` (``_pool_workers.Worker``) from their ``counters``
     (``build_failures``: ``_starts.BuildFailure`` records)."""
     out = []
     for w in workers:

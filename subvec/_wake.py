@@ -6,9 +6,13 @@ workers (docs/decisions/0024-futex-wake-protocol.md). With this protocol, after 
 
     parent                                        worker i
     ------                                        --------
-    cmd[i] = seq << 8 | kind   (per worker)
+    cmd[i] = seq << 8 | kind   (one numpy
+      assignment for a plain STEP to all)
     remaining = workers commanded
-    gen += 1; FUTEX_WAKE(gen, all)  ──────────►  FUTEX_WAIT(gen) returns; cmd[i] is new
+    gen += 1; FUTEX_WAKE(gen, FIRST_WAKES) ────►  FUTEX_WAIT(gen) returns; first time woken
+                                                 in this generation: FUTEX_WAKE(gen,
+                                                 FAN_OUT) (the next sleepers: a cascade)
+                                                 cmd[i] is new
                                                  kind STEP: step (actions in the block)
                                                  kind PIPE: read and serve the command
                                                  frames up to seq (as with the pipes alone)
@@ -16,6 +20,18 @@ workers (docs/decisions/0024-futex-wake-protocol.md). With this protocol, after 
     FUTEX_WAIT(remaining)       ◄──────────────  mark[i] = seq << 8 | status; then one
     (the last worker wakes it)                   FUTEX_WAKE_OP: remaining -= 1 and wake the
     scan mark[] with one numpy call              parent if it was at most level + 1
+
+The parent wakes a few workers, and each worker woken wakes a few more before its own work
+(the sleepers queue on one word, first in first out, so the cascade reaches every one): the
+kernel's work of waking N processes leaves the one thread that serves them all. A worker
+wakes others once per generation (woken again, it sleeps on), so the cascade ends; a worker
+that dies before passing it on is covered by the parent, which wakes every sleeper itself when
+a wait outlasts a slice. Commands to some workers wake everyone at once (an idle worker woken
+would only go back to sleep).
+
+The parent keeps every worker's last seq and awaited seq in two arrays (:class:`Bell`'s
+``seq`` and ``expected``), so that a plain STEP to every worker, and its answers, cost a few
+numpy calls whatever the number of workers.
 
 The decrement is atomic (done by the kernel), so only the last worker to answer wakes the
 parent; ``level`` lets a wait for some of the workers (``collect_ready``) wake earlier. The
@@ -43,6 +59,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "FAN_OUT",
+    "FIRST_WAKES",
     "FUTEX",
     "MIN_WORKERS",
     "PIPES",
@@ -61,6 +79,9 @@ FUTEX, PIPES = "futex", "pipes"
 MIN_WORKERS = 16
 #: The longest a parent wait sleeps without looking at the workers' sentinels.
 SLICE_S = 0.01
+#: How many sleepers the parent wakes for a command to every worker, and how many more each
+#: worker woken wakes in turn (decision 0031: measured at 64 and 128 workers).
+FIRST_WAKES, FAN_OUT = 2, 2
 #: ``SUBVEC_WAKE=pipes`` keeps the pipes, ``=futex`` takes the futex at any worker count.
 ENV_VAR = "SUBVEC_WAKE"
 
@@ -73,13 +94,14 @@ _SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 _FUTEX_WAIT, _FUTEX_WAKE, _FUTEX_WAKE_OP = 0, 1, 5
 _FUTEX_OP_ADD, _FUTEX_OP_CMP_LE = 1, 3
 _WAKE_ALL = 2**31 - 1
+_ONE, _SHIFT, _STEP_KIND = np.uint64(1), np.uint64(8), np.uint64(STEP_KIND)
 _EAGAIN, _EINTR, _ETIMEDOUT = 11, 4, 110
 
 # The control words (uint32): the generation the workers wait on, and the countdown the parent
 # waits on, a cache line apart (the workers write one, the parent the other), then the level,
-# and a word nobody waits on: FUTEX_WAKE_OP's first word (the kernel wakes one waiter there
-# even when asked for none).
-_GEN, _REMAINING, _LEVEL, _NOBODY = 0, 16, 17, 18
+# a word nobody waits on: FUTEX_WAKE_OP's first word (the kernel wakes one waiter there
+# even when asked for none), and whether the workers pass the wake-up on (a cascade).
+_GEN, _REMAINING, _LEVEL, _NOBODY, _CASCADE = 0, 16, 17, 18, 19
 _WORDS = 32
 CONTROL, COMMANDS, MARKS = "wake", "wake_cmd", "wake_mark"
 
@@ -168,36 +190,76 @@ def _wake_op_code(level: int) -> int:
     return (_FUTEX_OP_ADD << 28) | (_FUTEX_OP_CMP_LE << 24) | (0xFFF << 12) | ((level + 1) & 0xFFF)
 
 
+_WAKE_AT_LAST = _wake_op_code(0)
+
+
 class Bell:
     """Both sides of the protocol over the block's control regions.
 
     Args:
         views: the block's views (the regions of :func:`control_regions`).
+        first_wakes, fan_out: the cascade's widths (:data:`FIRST_WAKES`, :data:`FAN_OUT`).
+
+    Attributes:
+        seq: the parent's side: each worker's last command seq.
+        expected: the parent's side: each worker's awaited answer seq (0: none).
     """
 
-    def __init__(self, views: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self, views: dict[str, np.ndarray], first_wakes: int = FIRST_WAKES, fan_out: int = FAN_OUT
+    ) -> None:
         assert _FN is not None
         self._fn, self._number = _FN
         self.words = views[CONTROL]
         self.cmd = views[COMMANDS]
         self.mark = views[MARKS]
+        self.seq = np.zeros(len(self.cmd), np.uint64)
+        self.expected = np.zeros(len(self.cmd), np.uint64)
+        self.first_wakes, self.fan_out = first_wakes, fan_out
         base = self.words.ctypes.data
         self._gen = base + 4 * _GEN
         self._remaining = base + 4 * _REMAINING
         self._nobody = base + 4 * _NOBODY
         self._timespec = _Timespec()
         self._timeout = ctypes.addressof(self._timespec)
+        #: the worker's side: the last generation it passed the wake-up on in, and the words
+        #: as memoryviews (their items are Python ints: a worker reads them a few times per
+        #: step, on a CPU it shares with many others, so every call counts)
+        self._passed_on = -1
+        self._words_mv = memoryview(self.words.data)
+        self._cmd_mv = memoryview(self.cmd.data)
+        self._mark_mv = memoryview(self.mark.data)
 
     # --- parent ----------------------------------------------------------------------------
 
-    def ring(self, count: int, level: int = 0) -> None:
-        """Wake every waiting worker after their ``cmd`` words were set (``count`` of them
-        commanded; the last to answer wakes the parent)."""
+    def step_all(self) -> None:
+        """Announce a plain STEP to every worker (each has answered its last command): the
+        next seq of each, in its command word and as the awaited answer."""
+        seq = self.seq
+        seq += _ONE
+        self.cmd[:] = (seq << _SHIFT) | _STEP_KIND
+        self.expected[:] = seq
+
+    def ring(self, count: int, level: int = 0, cascade: bool = False) -> None:
+        """Wake the waiting workers after their ``cmd`` words were set (``count`` of them
+        commanded; the last to answer wakes the parent): every one at once, or with
+        ``cascade`` a few, each of whom wakes a few more."""
         words = self.words
         words[_LEVEL] = level
         words[_REMAINING] = count
+        words[_CASCADE] = cascade
         words[_GEN] += 1
+        wakes = self.first_wakes if cascade else _WAKE_ALL
+        self._fn(self._number, self._gen, _FUTEX_WAKE, wakes, None, None, 0)
+
+    def wake_all(self) -> None:
+        """Wake every sleeping worker (the cascade's safety net: a worker that died before
+        passing the wake-up on)."""
         self._fn(self._number, self._gen, _FUTEX_WAKE, _WAKE_ALL, None, None, 0)
+
+    def cascading(self) -> bool:
+        """Whether the last :meth:`ring` left the waking to a cascade."""
+        return bool(self.words[_CASCADE])
 
     def set_level(self, level: int) -> None:
         """Ask the workers still to answer to wake the parent once at most ``level`` are left."""
@@ -231,31 +293,39 @@ class Bell:
 
     def wait_command(self, index: int, seen: int, spin_s: float) -> int:
         """Block until worker ``index``'s command word differs from ``seen``; return it.
-        Busy-looks at it for up to ``spin_s`` first (without a system call)."""
-        cmd, words = self.cmd, self.words
-        value = int(cmd[index])
+        Busy-looks at it for up to ``spin_s`` first (without a system call). Woken in a
+        cascade, passes the wake-up on first (once per generation)."""
+        cmd, words = self._cmd_mv, self._words_mv
+        value: int = cmd[index]
         if value != seen:
             return value
         if spin_s:
             deadline = time.perf_counter() + spin_s
             while time.perf_counter() < deadline:
-                value = int(cmd[index])
+                value = cmd[index]
                 if value != seen:
                     return value
         fn, number, gen = self._fn, self._number, self._gen
         while True:
-            generation = int(words[_GEN])
-            value = int(cmd[index])
+            generation = words[_GEN]
+            value = cmd[index]
             if value != seen:
                 return value
             fn(number, gen, _FUTEX_WAIT, generation, None, None, 0)
+            generation = words[_GEN]
+            if generation != self._passed_on and words[_CASCADE]:
+                self._passed_on = generation
+                fn(number, gen, _FUTEX_WAKE, self.fan_out, None, None, 0)
 
     def answer(self, index: int, seq: int, status: int) -> None:
         """Mark worker ``index``'s answer to command ``seq`` and count it down."""
-        self.mark[index] = (seq << 8) | status
-        op = _wake_op_code(int(self.words[_LEVEL]))
+        self._mark_mv[index] = (seq << 8) | status
+        level = self._words_mv[_LEVEL]
+        op = _WAKE_AT_LAST if level == 0 else _wake_op_code(level)
         self._fn(self._number, self._nobody, _FUTEX_WAKE_OP, 0, 1, self._remaining, op)
 
     def close(self) -> None:
         """Drop the views (so that the block can unmap)."""
+        for view in (self._words_mv, self._cmd_mv, self._mark_mv):
+            view.release()
         self.words = self.cmd = self.mark = np.empty(0, np.uint64)

@@ -30,7 +30,7 @@ def _options_env() -> OptionsEnv:
 
 
 def _seqs(envs: SubprocVectorEnv) -> list[int]:
-    return [w.seq for w in envs._pool.workers]
+    return [envs._pool.seq(w) for w in envs._pool.workers]
 
 
 def _levels(obs: np.ndarray) -> list[int]:

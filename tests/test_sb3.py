@@ -211,21 +211,22 @@ def test_per_index_access() -> None:
 def test_indices_reach_only_the_workers_holding_them() -> None:
     envs = SubprocVecEnv([sb3_envs.zoo_env for _ in range(4)], num_workers=2)
     try:
-        workers = envs.vector_env._pool.workers
+        pool = envs.vector_env._pool
+        workers = pool.workers
         envs.reset()
-        before = [w.seq for w in workers]
+        before = [pool.seq(w) for w in workers]
         assert envs.env_method("get_t", 1, indices=[1, 0, 1]) == [1, 1, 1]
         envs.set_attr("marker", "x", indices=[0])
         assert envs.get_attr("marker", indices=-1) == ["default"]
         assert envs.env_is_wrapped(gym.Wrapper, indices=[3]) == [False]
-        assert [w.seq for w in workers] == [before[0] + 2, before[1] + 2]
+        assert [pool.seq(w) for w in workers] == [before[0] + 2, before[1] + 2]
         # The envs carry nothing of the adapter's (no per-env helper attribute).
         assert not envs.has_attr("_subvec_ops")
         # Per-env options go out in one reset, as DummyVecEnv hands them (empty: none).
         envs.set_options([{"a": 1}, {}, {"b": 2}, {}])
-        before = [w.seq for w in workers]
+        before = [pool.seq(w) for w in workers]
         envs.reset()
-        assert [w.seq for w in workers] == [before[0] + 1, before[1] + 1]
+        assert [pool.seq(w) for w in workers] == [before[0] + 1, before[1] + 1]
         assert [i.get("options_seen") for i in envs.reset_infos] == [["a"], None, ["b"], None]
     finally:
         envs.close()

@@ -114,6 +114,61 @@ def test_one_ring_wakes_every_waiting_worker(bell: Bell) -> None:
         assert out["value"] == (7 << 8) | STEP_KIND, i
 
 
+def _views_of(bell: Bell) -> dict[str, np.ndarray]:
+    return {_wake.CONTROL: bell.words, _wake.COMMANDS: bell.cmd, _wake.MARKS: bell.mark}
+
+
+@needs_futex
+@pytest.mark.parametrize("fan_out", [1, 2])
+def test_a_cascade_wakes_every_worker(bell: Bell, fan_out: int) -> None:
+    """The parent wakes one sleeper; each passes the wake-up on (each worker has its own Bell,
+    as each process does)."""
+    workers = [Bell(_views_of(bell), fan_out=fan_out) for _ in range(3)]
+    threads = [_start(w.wait_command, i, 0, 0.0) for i, w in enumerate(workers)]
+    for thread, _ in threads:
+        _blocked_in_futex(thread)
+    bell.first_wakes = 1
+    bell.step_all()
+    bell.ring(3, cascade=True)
+    for i, (thread, out) in enumerate(threads):
+        thread.join(5.0)
+        assert out["value"] == (1 << 8) | STEP_KIND, i
+    assert bell.expected.tolist() == [1, 1, 1] and bell.seq.tolist() == [1, 1, 1]
+    for w in workers:
+        w.close()
+
+
+@needs_futex
+def test_a_broken_cascade_is_mended_by_waking_all(bell: Bell) -> None:
+    """A worker that does not pass the wake-up on (as one that died would not): the others
+    sleep on until the parent wakes every sleeper."""
+    workers = [Bell(_views_of(bell), fan_out=1) for _ in range(3)]
+    for w in workers:  # as if each had passed this generation's wake-up on already
+        w._passed_on = int(bell.words[0]) + 1
+    threads = [_start(w.wait_command, i, 0, 0.0) for i, w in enumerate(workers)]
+    try:
+        for thread, _ in threads:
+            _blocked_in_futex(thread)
+        bell.first_wakes = 1
+        bell.step_all()
+        bell.ring(3, cascade=True)
+        assert bell.cascading()
+        deadline = time.monotonic() + 5.0
+        while sum(t.is_alive() for t, _ in threads) > 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        asleep = [t for t, _ in threads if t.is_alive()]
+        assert len(asleep) == 2
+        for thread in asleep:
+            _blocked_in_futex(thread)
+    finally:
+        bell.wake_all()
+    for thread, out in threads:
+        thread.join(5.0)
+        assert out["value"] == (1 << 8) | STEP_KIND
+    for w in workers:
+        w.close()
+
+
 @needs_futex
 def test_a_worker_whose_word_did_not_change_sleeps_on(bell: Bell) -> None:
     """The generation moves for everyone; only a worker whose command word changed returns."""
