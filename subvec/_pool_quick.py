@@ -10,16 +10,13 @@ import functools
 import os
 import select
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from subvec import _protocol as proto
 from subvec._backend import Failure
 from subvec._commands import Command, Status
-from subvec._pool_workers import PLAIN_OK, STATUSES, Gathered, Reply, Worker
-
-if TYPE_CHECKING:
-    from subvec._pool import WorkerPool
+from subvec._pool_workers import PLAIN_OK, STATUSES, Gathered, PoolResources, Reply, Worker
 
 __all__ = ["Quick", "build_quick", "take_rest"]
 
@@ -28,6 +25,32 @@ Quick = tuple[
     Callable[[Command, "float | None", str, bool], "Gathered | None"],
     Callable[["float | None", str, bool], "Gathered | None"],
 ]
+
+
+class WorkerPool(Protocol):
+    """What the quick round trip reads of its pool (``_pool.WorkerPool``), named here so
+    that this module does not import the pool's."""
+
+    resources: PoolResources
+    wait_first: int | None
+    spin_s: float
+    max_active: int | None
+
+    def _send_order(self) -> list[Worker]: ...
+
+    def _partner_poller(self, worker: Worker) -> select.poll: ...
+
+    def _full_poller(self) -> tuple[select.poll, dict[int, tuple[Worker, bool]]]: ...
+
+    def gather(
+        self,
+        workers: Sequence[Worker],
+        timeout: float | None,
+        what: str,
+        stop_at_death: bool = False,
+        *,
+        deadline: float | None = None,
+    ) -> tuple[dict[int, Reply], list[Failure]]: ...
 
 
 def build_quick(pool: WorkerPool) -> Quick | None:

@@ -50,7 +50,8 @@ from subvec._plan import (
     plan_layout,
     resolve_context,
 )
-from subvec._pool import PoolResources, WorkerPool, release
+from subvec._pool import WorkerPool
+from subvec._pool_workers import PoolResources, release
 from subvec._recycle import RecyclePolicy
 from subvec._shm import BlockLayout, SharedBlock
 from subvec._starts import BuildFailure, check_build_retries, check_max_concurrent_starts
