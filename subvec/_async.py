@@ -35,7 +35,6 @@ from subvec._block import BatchViews, ObsSlots
 from subvec._calls import checked_env_ids
 from subvec._commands import (
     Command,
-    ResetPayload,
     Status,
     StepEnvsPayload,
     UnitReply,
@@ -43,15 +42,13 @@ from subvec._commands import (
 )
 from subvec._failures import FailurePolicy
 from subvec._merge import InfoMerger, make_merger
+from subvec._options import EnvResetOptions, ResetOptions
 from subvec._results import events_by_env, final_event, obs_by_env
 from subvec._seeding import SeedArg
 from subvec._spaces import ObsSplit, per_env_actions, without_tensors
 from subvec._state import _State
 from subvec._units import Units
 from subvec.errors import RecvTimeoutError
-
-if TYPE_CHECKING:
-    from subvec._front import EnvOptions, ResetOptions
 
 __all__ = ["AsyncStepping", "EnvResult"]
 
@@ -133,15 +130,12 @@ class AsyncStepping:
     _needs_reset: np.ndarray
     _final_in_block: bool
     _final_obs_rows: np.ndarray | None
+    _reset_options: EnvResetOptions
 
     if TYPE_CHECKING:
 
         def _assert_is_running(self) -> None: ...
         def _begin_async(self, method: str) -> None: ...
-        def _reset_args(
-            self, seed: SeedArg, options: ResetOptions
-        ) -> tuple[list[int | None], np.ndarray | None, EnvOptions]: ...
-        def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None: ...
         def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
         def _break(self, units: Iterable[int], reason: str) -> None: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
@@ -205,20 +199,15 @@ class AsyncStepping:
                 "call drain() first",
                 "async",
             )
-        seeds, mask, env_options = self._reset_args(seed, options)
+        request = self._reset_options.request(seed, options)
+        mask = request.mask
         self._enter_async()
         self._stamp(np.arange(self.num_envs) if mask is None else np.flatnonzero(mask))
         for unit in self._units.all:
-            envs = [e for e in range(unit.lo, unit.hi) if mask is None or mask[e]]
+            envs = request.envs(unit)
             if not envs:
                 continue
-            sub_mask = None if mask is None else [bool(m) for m in mask[unit.lo : unit.hi]]
-            unit_options = (
-                env_options[unit.lo : unit.hi] if isinstance(env_options, list) else env_options
-            )
-            payload = ResetPayload(
-                seeds[unit.lo : unit.hi], unit_options, sub_mask, self._stored_options(unit)
-            )
+            payload = request.payload(unit, self._reset_options.stored(unit))
             self._units.backend(unit).send(Command.RESET, payload, units=[unit])
             self._flight[unit.index] = ("reset", envs)
             self._needs_reset[envs] = False
@@ -574,7 +563,7 @@ class AsyncStepping:
                 timeout,
                 self._build_timeout(timeout),
                 self._no_seeds,
-                self._stored_options,
+                self._reset_options.stored,
             )
             if done.error is not None:
                 self._flight.pop(index, None)

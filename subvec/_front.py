@@ -57,9 +57,10 @@ from subvec._commands import (
 from subvec._failures import FailurePolicy, RestartRecord
 from subvec._infos import as_events
 from subvec._merge import InfoMerger, Part, make_merger
+from subvec._options import EnvResetOptions, ResetOptions, ResetRequest, unit_options
 from subvec._recycle import RecyclingFront
 from subvec._results import final_event
-from subvec._seeding import SeedArg, per_env_seeds
+from subvec._seeding import SeedArg
 from subvec._slab import FinalObsInBlock
 from subvec._spaces import (
     BY_VALUE,
@@ -82,11 +83,6 @@ __all__ = [
     "VectorFront",
     "check_observation_mode",
 ]
-
-#: ``reset(options=...)``: one dict for every env, one dict (or None) per env, or None
-ResetOptions = dict[str, Any] | Sequence[dict[str, Any] | None] | None
-#: the options that go to the envs: a dict for all, a checked per-env list, or None
-EnvOptions = dict[str, Any] | list[dict[str, Any] | None] | None
 
 #: How long close() waits for workers to finish their envs' close() before escalating.
 DEFAULT_CLOSE_TIMEOUT = 10.0
@@ -188,11 +184,6 @@ def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
     )
 
 
-def _unit_options(options: EnvOptions, unit: Unit) -> EnvOptions:
-    """The part of a reset's options that goes to ``unit``: a per-env list is sliced."""
-    return options[unit.lo : unit.hi] if isinstance(options, list) else options
-
-
 def _copy_nest(obs: Any) -> Any:
     if isinstance(obs, np.ndarray):
         return obs.copy()
@@ -282,6 +273,8 @@ class VectorFront(
         self._backends: list[Backend] = []
         #: every unit, which runs which env, and the one replacement driver
         self._units = Units([], num_envs)
+        #: the reset options each env stored, and the checks of every form of them
+        self._reset_options = EnvResetOptions(num_envs)
 
     # --- what the subclass sets up ----------------------------------------------------------
 
@@ -382,12 +375,10 @@ class VectorFront(
         self._answered: dict[int, Outcome] = {}
         #: the units a broken vector env has lost, by index (``reset()`` rebuilds them)
         self._broken_units: set[int] = set()
-        self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
-        #: the options the pending reset names (a restart during it resets with them too)
-        self._reset_named: EnvOptions = None
+        #: the pending reset's seeds, mask and named options (a restart during it resets
+        #: with them too)
+        self._reset_request: ResetRequest | None = None
         self._env_obs: list[Any] = [None] * n
-        #: per env: the options its resets get when none are named (``set_reset_options``)
-        self._reset_options: list[dict[str, Any] | None] = [None] * n
         #: the pending call's env ids (None: every env) and the units it went to
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
@@ -622,10 +613,11 @@ class VectorFront(
         def seeds(unit: Unit) -> Sequence[int | None]:
             if request is None:
                 return [None] * (unit.hi - unit.lo)
-            return request[0][unit.lo : unit.hi]
+            return request.seeds[unit.lo : unit.hi]
 
-        def named(unit: Unit) -> EnvOptions:
-            return _unit_options(self._reset_named, unit)
+        def named(unit: Unit) -> Any:
+            assert request is not None
+            return unit_options(request.options, unit)
 
         call = state is _State.WAITING_CALL
         if call and self._obs_slots is not None:
@@ -638,7 +630,7 @@ class VectorFront(
                 timeout,
                 self._build_timeout(timeout),
                 seeds,
-                self._stored_options,
+                self._reset_options.stored,
                 named if request is not None else None,
                 into=outcomes,
             )
@@ -728,23 +720,18 @@ class VectorFront(
         broken = self._state is _State.BROKEN and not self.closed
         if not broken:
             self._begin(_State.WAITING_RESET)
-        seeds, mask, env_options = self._reset_args(seed, options)
+        request = self._reset_options.request(seed, options)
+        mask = request.mask
         rebuilt = self._rebuild() if broken else []
         if mask is not None:
             for unit in rebuilt:
                 mask[unit.lo : unit.hi] = True  # fresh envs have no state to keep: reset them
         if self._recycling is not None:
-            self._recycle_on_reset(seeds, mask)  # before the slot pick: the units change
-        self._reset_request = (seeds, mask)
-        self._reset_named = env_options
+            self._recycle_on_reset(request.seeds, mask)  # before the slot pick: the units change
+        self._reset_request = request
 
         def payload(unit: Unit) -> ResetPayload:
-            sub_mask = None if mask is None else [bool(m) for m in mask[unit.lo : unit.hi]]
-            # The stored options go along: a unit rebuilt or recycled just now has none yet.
-            stored = self._stored_options(unit)
-            return ResetPayload(
-                seeds[unit.lo : unit.hi], _unit_options(env_options, unit), sub_mask, stored
-            )
+            return request.payload(unit, self._reset_options.stored(unit))
 
         if self._any_restarted:
             self._restarted[:] = False
@@ -802,63 +789,6 @@ class VectorFront(
         self._broken_reason = ""
         return rebuilt
 
-    def _reset_args(
-        self, seed: SeedArg, options: ResetOptions
-    ) -> tuple[list[int | None], np.ndarray | None, EnvOptions]:
-        """Per-env seeds, the checked ``reset_mask`` (or None), and the options the envs see:
-        the caller's dict without the mask (never mutated), or the per-env list, checked.
-
-        Raises:
-            TypeError, ValueError: options that are none of the forms :meth:`reset` takes.
-        """
-        seeds = per_env_seeds(seed, self.num_envs)
-        if options is None:
-            return seeds, None, None
-        if isinstance(options, (list, tuple)):
-            return seeds, None, self._per_env_options(options, "reset(options=...)")
-        if not isinstance(options, dict):
-            raise TypeError(
-                "reset(options=...) takes a dict (every env), a list or tuple of "
-                f"{self.num_envs} dicts or None (one per env), or None; got "
-                f"{type(options).__name__}"
-            )
-        if "reset_mask" not in options:
-            return seeds, None, options
-        mask = self._check_reset_mask(options["reset_mask"])
-        return seeds, mask, {k: v for k, v in options.items() if k != "reset_mask"}
-
-    def _per_env_options(
-        self, options: Sequence[Any], where: str, env_ids: Sequence[int] | None = None
-    ) -> list[dict[str, Any] | None]:
-        """``options`` checked as one dict (or None) per env of ``env_ids`` (None: every env),
-        each a shallow copy (later changes to the caller's dicts do not reach the envs)."""
-        what = "num_envs" if env_ids is None else "len(env_ids)"
-        expected = self.num_envs if env_ids is None else len(env_ids)
-        if len(options) != expected:
-            raise ValueError(
-                f"{where}: a list or tuple of options needs one entry per env ({what} = "
-                f"{expected}), got {len(options)}"
-            )
-        checked: list[dict[str, Any] | None] = []
-        for j, entry in enumerate(options):
-            env = j if env_ids is None else env_ids[j]
-            if entry is None:
-                checked.append(None)
-                continue
-            if not isinstance(entry, dict):
-                raise TypeError(
-                    f"{where}: the options of env {env} (entry {j}) must be a dict or None, "
-                    f"got {type(entry).__name__}"
-                )
-            if "reset_mask" in entry:
-                raise ValueError(
-                    f"{where}: the options of env {env} (entry {j}) hold 'reset_mask', which "
-                    "is not an option of one env's reset: pass options={'reset_mask': mask} "
-                    "(gymnasium's form), and per-env options with set_reset_options()"
-                )
-            checked.append(dict(entry))
-        return checked
-
     def set_reset_options(
         self,
         options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
@@ -885,27 +815,13 @@ class VectorFront(
         ids = self._checked_env_ids(env_ids, "set_reset_options")
         if ids is None:
             ids = list(range(self.num_envs))
-        if options is None or isinstance(options, dict):
-            per_env = self._per_env_options([options] * len(ids), "set_reset_options", ids)
-        elif isinstance(options, (list, tuple)):
-            per_env = self._per_env_options(options, "set_reset_options", ids)
-        else:
-            raise TypeError(
-                "set_reset_options(options) takes a dict (every env of env_ids), a list or "
-                "tuple of one dict or None per env of env_ids, or None (clears); got "
-                f"{type(options).__name__}"
-            )
-        for env, opts in zip(ids, per_env):
-            self._reset_options[env] = opts
+        self._reset_options.store(options, ids)
         if not ids:
             return
         targets = self._by_unit(ids)
 
         def payload(unit: Unit) -> ResetOptionsPayload:
-            envs = targets[unit.index]
-            return ResetOptionsPayload(
-                [e - unit.lo for e in envs], [self._reset_options[e] for e in envs]
-            )
+            return self._reset_options.store_payload(unit, targets[unit.index])
 
         only = frozenset(targets)
         self._send(Command.SET_RESET_OPTIONS, per_unit=payload, only=only)
@@ -915,33 +831,11 @@ class VectorFront(
     @property
     def reset_options(self) -> tuple[dict[str, Any] | None, ...]:
         """The options each env's resets get when none are named (:meth:`set_reset_options`)."""
-        return tuple(self._reset_options)
+        return tuple(self._reset_options.per_env)
 
     def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None:
         """What ``unit``'s envs have stored (for a replacement), or None when nothing is."""
-        stored = self._reset_options[unit.lo : unit.hi]
-        return stored if any(o is not None for o in stored) else None
-
-    def _check_reset_mask(self, reset_mask: Any) -> np.ndarray:
-        if not isinstance(reset_mask, np.ndarray):
-            raise TypeError(
-                f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}"
-            )
-        if reset_mask.shape != (self.num_envs,):
-            raise ValueError(
-                f"`options['reset_mask']` must have shape `({self.num_envs},)`, "
-                f"got {reset_mask.shape}"
-            )
-        if reset_mask.dtype != np.bool_:
-            raise TypeError(
-                f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}"
-            )
-        if not np.any(reset_mask):
-            raise ValueError(
-                "`options['reset_mask']` must contain a boolean array with at least one True "
-                f"value, got reset_mask={reset_mask}"
-            )
-        return np.array(reset_mask, dtype=np.bool_)
+        return self._reset_options.stored(unit)
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset :meth:`reset_async` started.
@@ -960,7 +854,7 @@ class VectorFront(
         self._finish(_State.WAITING_RESET, "reset_wait")
         parts = self._collect(_State.WAITING_RESET, timeout)
         assert self._reset_request is not None
-        _, mask = self._reset_request
+        mask = self._reset_request.mask
         self._reset_request = None
         if mask is None:
             self._needs_reset[:] = False
