@@ -1,4 +1,5 @@
-"""Asynchronous first-k-ready stepping on the front: ``async_reset``, ``send``, ``recv``, ``drain``.
+"""Asynchronous first-k-ready stepping: the engine behind the front's ``async_reset``,
+``send``, ``recv`` and ``drain``.
 
     send(actions, env_ids) ─► queue each env's action on its unit; a free unit gets one
                               STEP_ENVS command for every env it has an action for
@@ -19,10 +20,10 @@ a time in their unit, whatever the others do.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, NoReturn
 
 import numpy as np
 from gymnasium import Space
@@ -31,7 +32,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import Backend, Failure, Outcome, Unit
-from subvec._block import BatchViews, ObsSlots
+from subvec._block import BatchViews
 from subvec._calls import checked_env_ids
 from subvec._commands import (
     Command,
@@ -45,12 +46,11 @@ from subvec._merge import InfoMerger, make_merger
 from subvec._options import EnvResetOptions, ResetOptions
 from subvec._results import events_by_env, final_event, obs_by_env
 from subvec._seeding import SeedArg
-from subvec._spaces import ObsSplit, per_env_actions, without_tensors
-from subvec._state import _State
+from subvec._spaces import per_env_actions, without_tensors
 from subvec._units import Units
 from subvec.errors import RecvTimeoutError
 
-__all__ = ["AsyncStepping", "EnvResult"]
+__all__ = ["AsyncEngine", "EnvResult", "FrontHooks"]
 
 #: a queued env's action that is in its row of the block (``send`` stored the batch there)
 _IN_BLOCK: Any = object()
@@ -101,49 +101,86 @@ def _copy_row(batch: Any, i: int) -> Any:
     return row.copy() if isinstance(row, np.ndarray) else row
 
 
-class AsyncStepping:
-    """The asynchronous half of :class:`subvec._front.VectorFront` (a mixin: it uses the
-    front's units, backends, batch arrays and state)."""
+@dataclass(frozen=True)
+class FrontHooks:
+    """What the engine asks of the front, which owns the call state, the observation slot
+    and the broken state."""
 
-    # The front's, declared for the type checker.
-    num_envs: int
-    autoreset_mode: AutoresetMode
-    info_format: str
-    default_timeout: float | None
-    single_observation_space: Space[Any]
-    single_action_space: Space[Any]
-    batch_size: int
-    _state: Any
-    _units: Units
-    _backends: list[Backend]
-    _collect_order: list[Backend]
-    _policy: FailurePolicy
-    _observations: Any
-    _obs_shared: bool
-    _obs_split: ObsSplit | None
-    _obs_slots: ObsSlots | None
-    _obs_slot: int
-    _env_obs: list[Any]
-    _rewards: np.ndarray
-    _terminations: np.ndarray
-    _truncations: np.ndarray
-    _needs_reset: np.ndarray
-    _final_in_block: bool
-    _final_obs_rows: np.ndarray | None
-    _reset_options: EnvResetOptions
+    #: envs are about to go in flight: from idle, the front enters its asynchronous state
+    #: and points the units at its own observation batch (the results are copied out)
+    enter: Callable[[], None]
+    #: nothing is in flight or held any more: the front is idle again
+    leave: Callable[[], None]
+    #: raise the error of failures that are not restarted (breaking the front, or idle)
+    fail: Callable[[list[Failure], float | None], NoReturn]
+    #: the front is broken: these units (by index) are lost, for this reason
+    broken: Callable[[list[int], str], None]
+    #: the bound on building a replacement's envs, given the bound of the call
+    build_timeout: Callable[[float | None], float | None]
 
-    if TYPE_CHECKING:
 
-        def _assert_is_running(self) -> None: ...
-        def _begin_async(self, method: str) -> None: ...
-        def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
-        def _break(self, units: Iterable[int], reason: str) -> None: ...
-        def _build_timeout(self, timeout: float | None) -> float | None: ...
-        def _obs_fixed_now(self) -> list[np.ndarray]: ...
+class AsyncEngine:
+    """Asynchronous first-k-ready stepping for :class:`subvec._front.VectorFront`, which
+    keeps the public calls and checks its own state before delegating here.
 
-    def _start_async(self, batch: BatchViews) -> None:
+    Args:
+        units: the front's map of its units (replacements refresh it in place).
+        collect_order: the backends in the order they are collected (inline ones first).
+        batch: the batch arrays the units write (rewards, flags, observations, action rows).
+        final_in_block: whether SAME_STEP final observations are in the block's rows.
+        env_obs: the front's per-env observations when they travel by value (updated here).
+        needs_reset: the front's per-env "ended, needs a reset" flags (updated here).
+        reset_options: the envs' stored options and the reset forms' checks.
+        policy: the failure policy (restarts are made through it).
+        spaces: the single observation and action spaces.
+        autoreset_mode, info_format, batch_size: the front's settings.
+        hooks: what the front does for the engine (see :class:`FrontHooks`).
+    """
+
+    def __init__(
+        self,
+        *,
+        units: Units,
+        collect_order: Sequence[Backend],
+        batch: BatchViews,
+        final_in_block: bool,
+        env_obs: list[Any],
+        needs_reset: np.ndarray,
+        reset_options: EnvResetOptions,
+        policy: FailurePolicy,
+        spaces: tuple[Space[Any], Space[Any]],
+        autoreset_mode: AutoresetMode,
+        info_format: str,
+        batch_size: int,
+        hooks: FrontHooks,
+    ) -> None:
+        self._units = units
+        self._collect_order = collect_order
+        self._hooks = hooks
+        self._reset_options = reset_options
+        self._policy = policy
+        self.single_observation_space, self.single_action_space = spaces
+        self.num_envs = len(needs_reset)
+        self.autoreset_mode = autoreset_mode
+        self.info_format = info_format
+        self.batch_size = batch_size
+        self._env_obs = env_obs
+        self._needs_reset = needs_reset
+        self._rewards = batch.rewards
+        self._terminations = batch.terminations
+        self._truncations = batch.truncations
+        self._final_in_block = final_in_block
+        self._final_obs_rows = batch.final_obs_rows
         self._store_action_rows = batch.store_action_rows
         self._read_action = batch.read_action
+        slots = batch.obs_slots
+        self._obs_split = batch.obs_split
+        #: observations entirely in the block
+        self._obs_shared = batch.observations is not None and self._obs_split is None
+        # The front writes observation slot 0 (the block's own batch) while envs are in
+        # flight (``FrontHooks.enter``): the rows results are read from.
+        self._observations = slots.batches[0] if slots is not None else batch.observations
+        self._obs_fixed = slots.leaves[0] if slots is not None else batch.obs_leaves
         self._flight: dict[int, tuple[str, list[int]]] = {}  # unit index -> (kind, envs)
         self._queued: dict[int, dict[int, Any]] = {}  # unit index -> {env: action}
         # insertion order: the order envs got ready
@@ -157,6 +194,20 @@ class AsyncStepping:
         self._sends = 0
         self._action_spaces: dict[int, Space[Any]] = {}
         self._mergers: dict[int, InfoMerger] = {}
+
+    def drop_views(self) -> None:
+        """Drop the references to the batch arrays (so that a shared block can unmap)."""
+        for name in (
+            "_rewards",
+            "_terminations",
+            "_truncations",
+            "_final_obs_rows",
+            "_store_action_rows",
+            "_read_action",
+            "_observations",
+            "_obs_fixed",
+        ):
+            self.__dict__.pop(name, None)
 
     # --- introspection -----------------------------------------------------------------------
 
@@ -177,21 +228,13 @@ class AsyncStepping:
 
     # --- the calls ---------------------------------------------------------------------------
 
-    def async_reset(self, seed: SeedArg = None, options: ResetOptions = None) -> None:
-        """Start resetting every env (or those in ``options["reset_mask"]``); their results
-        come back through :meth:`recv` (reward 0, both flags False, the reset's infos).
-
-        Args:
-            seed: as :meth:`reset`: None, an int (env ``i`` gets ``seed + i``) or one per env.
-            options: as :meth:`reset`: a dict (``"reset_mask"`` included) or one dict (or
-                None) per env; envs given none reset with their stored options.
+    def reset(self, seed: SeedArg, options: ResetOptions) -> None:
+        """``VectorFront.async_reset``, once the front allows it.
 
         Raises:
-            AlreadyPendingCallError: envs are in flight or held (``drain()`` first), or a
-                lock-step call is pending.
+            AlreadyPendingCallError: envs are in flight or held.
             ValueError, TypeError: bad seeds, options or reset mask.
         """
-        self._begin_async("async_reset")
         if self._outstanding():
             raise AlreadyPendingCallError(
                 "async_reset while envs are in flight or held "
@@ -201,7 +244,7 @@ class AsyncStepping:
             )
         request = self._reset_options.request(seed, options)
         mask = request.mask
-        self._enter_async()
+        self._hooks.enter()
         self._stamp(np.arange(self.num_envs) if mask is None else np.flatnonzero(mask))
         for unit in self._units.all:
             envs = request.envs(unit)
@@ -212,20 +255,12 @@ class AsyncStepping:
             self._flight[unit.index] = ("reset", envs)
             self._needs_reset[envs] = False
 
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        """Start stepping the envs ``env_ids`` with ``actions`` (one each, in that order).
-
-        Args:
-            actions: a batch of ``len(env_ids)`` actions of the single action space.
-            env_ids: the envs to step (default: those the last :meth:`recv` returned).
+    def send(self, actions: Any, env_ids: Any) -> None:
+        """``VectorFront.send``, once the front allows it.
 
         Raises:
-            ValueError: an unknown or repeated env id, an env in flight or whose result was
-                not returned yet, an ended env with autoreset DISABLED, or a batch whose
-                length is not ``len(env_ids)``; nothing is sent.
-            AlreadyPendingCallError: a lock-step call is pending.
+            ValueError: bad env ids or actions (nothing is sent).
         """
-        self._begin_async("send")
         ids = self._checked_ids(env_ids)
         k = len(ids)
         store_rows = self._store_action_rows
@@ -239,7 +274,7 @@ class AsyncStepping:
                 space = self._action_spaces[k] = batch_space(self.single_action_space, k)
             actions = without_tensors(self.single_action_space, actions)  # numpy, as the block's
             per_env = per_env_actions(space, actions, k, "one per env in env_ids")
-        self._enter_async()
+        self._hooks.enter()
         self._stamp(ids)
         for env, action in zip(ids.tolist(), per_env):
             rebuilt = self._after_restart.pop(env, None)
@@ -276,29 +311,9 @@ class AsyncStepping:
         return ids
 
     def recv(
-        self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None
+        self, min_envs: int | None, max_envs: int | None, timeout: float | None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
-        """The first ready envs' results.
-
-        Args:
-            min_envs: wait until this many are ready (default ``batch_size``; at most the
-                envs in flight or held, since no others can become ready).
-            max_envs: return at most this many (default ``max(batch_size, min_envs)``).
-            timeout: seconds to wait (None: the constructor's ``timeout``).
-
-        Returns:
-            ``(observations, rewards, terminations, truncations, infos)`` with one row per
-            env; ``infos["env_id"]`` (an int array; for ``info_format="list"``, each dict's
-            ``"env_id"``) names the env of each row.
-
-        Raises:
-            NoAsyncCallError: nothing is in flight or held.
-            RecvTimeoutError: fewer than ``min_envs`` got ready in time (nothing is lost).
-            EnvError: the step of an env this call would return raised (the other results
-                stay held).
-            WorkerDiedError: a worker died (with on_worker_failure="raise").
-        """
-        self._assert_is_running()
+        """``VectorFront.recv`` (``timeout``: the call's, the front's default applied)."""
         if not self._outstanding():
             raise NoAsyncCallError(
                 "Calling `recv` without any env in flight: call `async_reset` or `send` first.",
@@ -306,8 +321,6 @@ class AsyncStepping:
             )
         lo, hi = self._bounds(min_envs, max_envs)
         need = min(lo, len(self._ready) + len(self.in_flight_env_ids))
-        if timeout is None:
-            timeout = self.default_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self._ready) < need:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -328,19 +341,11 @@ class AsyncStepping:
             self._collect_ready(0.0, wait=False)
         return self._take(list(self._ready)[:hi])
 
-    def drain(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
-        """Wait for everything in flight and return every held result as one recv-shaped
-        batch (possibly of zero envs); the vector env is idle again, so ``step``, ``reset``
-        and ``call`` work.
-
-        Raises:
-            EnvError: an env's step raised (the other results stay held: drain again).
-            WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
-        """
-        self._assert_is_running()
+    def drain(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """``VectorFront.drain``; ``timeout`` bounds each wait for a unit."""
         while self._flight or any(self._queued.values()):
             want = sum(len(envs) for _, envs in self._flight.values())
-            self._collect_ready(self.default_timeout, wait=True, want=want, hang=True)
+            self._collect_ready(timeout, wait=True, want=want, hang=True)
         return self._take(list(self._ready))
 
     def _bounds(self, min_envs: int | None, max_envs: int | None) -> tuple[int, int]:
@@ -358,18 +363,9 @@ class AsyncStepping:
 
     # --- the mechanics -----------------------------------------------------------------------
 
-    def _enter_async(self) -> None:
-        if self._state is _State.IDLE:
-            slots = self._obs_slots
-            if slots is not None:  # the results are copied out: the block's own batch
-                slots.cell[0] = 0
-                self._obs_slot = 0
-                self._observations = slots.batches[0]
-            self._state = _State.ASYNC
-
-    def _leave_async_if_done(self) -> None:
-        if self._state is _State.ASYNC and not self._outstanding():
-            self._state = _State.IDLE
+    def _leave_if_done(self) -> None:
+        if not self._outstanding():
+            self._hooks.leave()
 
     def _stamp(self, ids: np.ndarray) -> None:
         """Number the envs ``ids`` (in that order) after every env sent work before."""
@@ -409,7 +405,7 @@ class AsyncStepping:
             payloads[index] = StepEnvsPayload([e - unit.lo for e in envs], actions)
             self._flight[index] = ("step", envs)
             queued.clear()
-        for backend in self._backends:
+        for backend in self._units.backends:
             units = [
                 u for u in map(self._units.unit, payloads) if self._units.backend(u) is backend
             ]
@@ -528,7 +524,9 @@ class AsyncStepping:
             self._env_obs[env] = obs
             split = self._obs_split
             if split is not None:  # obs: its other leaves; the fixed-size ones are in the rows
-                obs = split.build([leaf[env, ...].copy() for leaf in self._obs_fixed_now()], obs)
+                fixed = self._obs_fixed
+                assert fixed is not None
+                obs = split.build([leaf[env, ...].copy() for leaf in fixed], obs)
         if reset:
             return EnvResult(obs, 0.0, False, False, events)
         terminated = bool(self._terminations[env])
@@ -553,7 +551,7 @@ class AsyncStepping:
         if not policy.can_restart:
             for failure in failures:
                 self._flight.pop(failure.unit.index, None)
-            self._fail(failures, timeout)
+            self._hooks.fail(failures, timeout)
         for failure in failures:
             index = failure.unit.index
             self._materialise(range(failure.unit.lo, failure.unit.hi))
@@ -561,13 +559,13 @@ class AsyncStepping:
                 self._units,
                 [failure],
                 timeout,
-                self._build_timeout(timeout),
+                self._hooks.build_timeout(timeout),
                 self._no_seeds,
                 self._reset_options.stored,
             )
             if done.error is not None:
                 self._flight.pop(index, None)
-                self._break([index], done.reason)
+                self._hooks.broken([index], done.reason)
                 raise done.error
             got = done.outcomes
             unit = self._units.unit(index)
@@ -596,7 +594,7 @@ class AsyncStepping:
             held = ready[env]
             if isinstance(held, EnvResult) and held.error is not None:
                 del ready[env]
-                self._leave_async_if_done()
+                self._leave_if_done()
                 raise held.error
         k = len(ids)
         env_ids = np.array(ids, dtype=np.int64)
@@ -635,7 +633,7 @@ class AsyncStepping:
             ]
             restarted = [row for row, r in enumerate(results) if r.restarted]
             infos = merger.merge(parts, restarted)
-        self._leave_async_if_done()
+        self._leave_if_done()
         if self.info_format == "list":
             for row, info in enumerate(infos):
                 info["env_id"] = int(env_ids[row])

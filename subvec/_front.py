@@ -7,8 +7,9 @@
                  ├── LocalShare (``_local``): the parent's own envs, run inside collect
                  └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
 
-Its mixins add asynchronous stepping (``_async``), calls and attributes (``_calls``) and
-recycling (``_recycle``); the call states are ``_state``. Its units and every replacement of
+Its mixins add calls and attributes (``_calls``) and recycling (``_recycle``); asynchronous
+stepping is an engine it owns (``_async``), reset options are checked and sliced per unit in
+``_options``, and the call states are ``_state``. Its units and every replacement of
 one go through ``_units``; per-env results are read out of a unit's reply by ``_results``,
 for lock-step and async alike.
 
@@ -23,10 +24,11 @@ SyncVectorEnv would. A subclass builds the backends and binds the batch arrays
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import numpy as np
 from gymnasium import Env, Space, logger
@@ -40,7 +42,7 @@ from gymnasium.vector.utils import (
 )
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
-from subvec._async import AsyncStepping
+from subvec._async import AsyncEngine, FrontHooks
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
 from subvec._block import BatchViews
 from subvec._calls import EnvCalls, EnvIds
@@ -203,11 +205,10 @@ def _view_nest(obs: Any) -> Any:
     return tuple(_view_nest(v) for v in obs)
 
 
-class VectorFront(
-    ChunkStepping, AsyncStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, np.ndarray]
-):
+class VectorFront(ChunkStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
-    asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) are in ``_async``."""
+    asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) delegate to an
+    :class:`~subvec._async.AsyncEngine`."""
 
     _state = _State.IDLE
     _broken_reason = ""
@@ -382,7 +383,32 @@ class VectorFront(
         #: the pending call's env ids (None: every env) and the units it went to
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
-        self._start_async(batch)
+        # The hooks reach the front through a weak proxy: an engine holding the front's bound
+        # methods would make a cycle, and a dropped vector env would keep its workers until
+        # the cycle collector ran.
+        front = weakref.proxy(self)
+        #: asynchronous stepping; this front keeps the call state and the observation slot
+        self._async = AsyncEngine(
+            units=self._units,
+            collect_order=self._collect_order,
+            batch=batch,
+            final_in_block=final_obs,
+            env_obs=self._env_obs,
+            needs_reset=self._needs_reset,
+            reset_options=self._reset_options,
+            policy=self._policy,
+            spaces=(self.single_observation_space, self.single_action_space),
+            autoreset_mode=self.autoreset_mode,
+            info_format=self.info_format,
+            batch_size=self.batch_size,
+            hooks=FrontHooks(
+                enter=lambda: front._enter_async(),
+                leave=lambda: front._leave_async(),
+                fail=lambda failures, timeout: front._fail(failures, timeout),
+                broken=lambda units, reason: front._break(units, reason),
+                build_timeout=lambda timeout: front._build_timeout(timeout),
+            ),
+        )
         self._start_recycling()
 
     # --- failure policy ----------------------------------------------------------------------
@@ -581,7 +607,7 @@ class VectorFront(
         raise_first(errors)
         return parts
 
-    def _fail(self, failures: list[Failure], timeout: float | None) -> None:
+    def _fail(self, failures: list[Failure], timeout: float | None) -> NoReturn:
         error, broken = self._policy.error(failures, timeout)
         if broken:
             self._break([f.unit.index for f in failures], failures[0].message)
@@ -1026,6 +1052,107 @@ class VectorFront(
             infos,
         )
 
+    # --- asynchronous stepping (the engine in ``_async``) -------------------------------------
+
+    @property
+    def in_flight_env_ids(self) -> list[int]:
+        """The envs sent an action (or a reset) whose result no ``recv`` has collected yet."""
+        return self._async.in_flight_env_ids
+
+    @property
+    def ready_env_ids(self) -> list[int]:
+        """The envs whose results are held for the next ``recv``, oldest first."""
+        return self._async.ready_env_ids
+
+    def async_reset(self, seed: SeedArg = None, options: ResetOptions = None) -> None:
+        """Start resetting every env (or those in ``options["reset_mask"]``); their results
+        come back through :meth:`recv` (reward 0, both flags False, the reset's infos).
+
+        Args:
+            seed: as :meth:`reset`: None, an int (env ``i`` gets ``seed + i``) or one per env.
+            options: as :meth:`reset`: a dict (``"reset_mask"`` included) or one dict (or
+                None) per env; envs given none reset with their stored options.
+
+        Raises:
+            AlreadyPendingCallError: envs are in flight or held (``drain()`` first), or a
+                lock-step call is pending.
+            ValueError, TypeError: bad seeds, options or reset mask.
+        """
+        self._begin_async("async_reset")
+        self._async.reset(seed, options)
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Start stepping the envs ``env_ids`` with ``actions`` (one each, in that order).
+
+        Args:
+            actions: a batch of ``len(env_ids)`` actions of the single action space.
+            env_ids: the envs to step (default: those the last :meth:`recv` returned).
+
+        Raises:
+            ValueError: an unknown or repeated env id, an env in flight or whose result was
+                not returned yet, an ended env with autoreset DISABLED, or a batch whose
+                length is not ``len(env_ids)``; nothing is sent.
+            AlreadyPendingCallError: a lock-step call is pending.
+        """
+        self._begin_async("send")
+        self._async.send(actions, env_ids)
+
+    def recv(
+        self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """The first ready envs' results.
+
+        Args:
+            min_envs: wait until this many are ready (default ``batch_size``; at most the
+                envs in flight or held, since no others can become ready).
+            max_envs: return at most this many (default ``max(batch_size, min_envs)``).
+            timeout: seconds to wait (None: the constructor's ``timeout``).
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)`` with one row per
+            env; ``infos["env_id"]`` (an int array; for ``info_format="list"``, each dict's
+            ``"env_id"``) names the env of each row.
+
+        Raises:
+            NoAsyncCallError: nothing is in flight or held.
+            RecvTimeoutError: fewer than ``min_envs`` got ready in time (nothing is lost).
+            EnvError: the step of an env this call would return raised (the other results
+                stay held).
+            WorkerDiedError: a worker died (with on_worker_failure="raise").
+        """
+        self._assert_is_running()
+        if timeout is None:
+            timeout = self.default_timeout
+        return self._async.recv(min_envs, max_envs, timeout)
+
+    def drain(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Wait for everything in flight and return every held result as one recv-shaped
+        batch (possibly of zero envs); the vector env is idle again, so ``step``, ``reset``
+        and ``call`` work.
+
+        Raises:
+            EnvError: an env's step raised (the other results stay held: drain again).
+            WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
+        """
+        self._assert_is_running()
+        return self._async.drain(self.default_timeout)
+
+    def _enter_async(self) -> None:
+        """Envs go in flight: from idle, the units write the block's own observation batch
+        (slot 0: the engine copies each env's result out of it)."""
+        if self._state is _State.IDLE:
+            slots = self._obs_slots
+            if slots is not None:
+                slots.cell[0] = 0
+                self._obs_slot = 0
+                self._observations = slots.batches[0]
+            self._state = _State.ASYNC
+
+    def _leave_async(self) -> None:
+        """Nothing is in flight or held any more: idle again."""
+        if self._state is _State.ASYNC:
+            self._state = _State.IDLE
+
     # --- results -----------------------------------------------------------------------------
 
     def _pick_obs_slot(self) -> None:
@@ -1250,14 +1377,15 @@ class VectorFront(
             "_terminations",
             "_truncations",
             "_store_actions",
-            "_store_action_rows",
-            "_read_action",
             "_final_obs_rows",
             "_info_block",
             "_obs_slots",
             "_chunk_views",
         ):
             self.__dict__.pop(name, None)
+        engine = self.__dict__.get("_async")
+        if engine is not None:
+            engine.drop_views()
         if getattr(self, "_obs_shared", False) or getattr(self, "_obs_split", None) is not None:
             self.__dict__.pop("_observations", None)
             self.__dict__.pop("_obs_fixed", None)

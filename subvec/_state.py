@@ -1,4 +1,4 @@
-"""The front's call states, shared by the front and its mixins (``_async``, ``_calls``)."""
+"""The front's call states, shared by the front and its mixins (``_calls``, ``_chunk_front``)."""
 
 from __future__ import annotations
 
