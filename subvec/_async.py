@@ -44,7 +44,7 @@ from subvec._commands import (
 from subvec._failures import FailurePolicy
 from subvec._merge import InfoMerger, make_merger
 from subvec._options import EnvResetOptions, ResetOptions
-from subvec._results import events_by_env, final_event, obs_by_env
+from subvec._results import events_by_env, obs_by_env, with_final_event
 from subvec._seeding import SeedArg
 from subvec._spaces import per_env_actions, without_tensors
 from subvec._units import Units
@@ -536,11 +536,7 @@ class AsyncEngine:
         if (terminated or truncated) and self._final_in_block:
             rows = self._final_obs_rows
             assert rows is not None
-            first = events[0] if events else {}
-            if "final_obs" not in first:  # an empty final info: the event was left implicit
-                events.insert(0, final_event(None, rows, env))
-            else:
-                final_event(first, rows, env)
+            with_final_event(events, rows, env)
         reward = float(self._rewards[env])
         return EnvResult(obs, reward, terminated, truncated, events)
 

@@ -57,13 +57,11 @@ from subvec._commands import (
     raise_first,
 )
 from subvec._failures import FailurePolicy, RestartRecord
-from subvec._infos import as_events
 from subvec._merge import InfoMerger, Part, make_merger
 from subvec._options import EnvResetOptions, ResetOptions, ResetRequest, unit_options
 from subvec._recycle import RecyclingFront
-from subvec._results import final_event
+from subvec._results import with_final_obs
 from subvec._seeding import SeedArg
-from subvec._slab import FinalObsInBlock
 from subvec._spaces import (
     BY_VALUE,
     Stored,
@@ -1201,34 +1199,7 @@ class VectorFront(ChunkStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
             return parts
         rows = self._final_obs_rows
         assert rows is not None
-        sent = dict(parts)
-        out: list[Part] = []
-        for unit in self._units.all:
-            lo, hi = unit.lo, unit.hi
-            data = sent.get(lo)
-            mine = [i - lo for i in ended if lo <= i < hi]
-            if not mine:
-                if data is not None:
-                    out.append((lo, data))
-                continue
-            events = list(as_events(data.infos)) if data is not None else []
-            # Envs that sent their final event (the observation in the block or by value,
-            # when it did not fit the block's row) need no stand-in.
-            kept = {e for e, info in events if "final_obs" in info and "final_info" in info}
-            merged: list[tuple[int, dict[str, Any]]] = []
-            k = 0
-            for local in mine:
-                while k < len(events) and events[k][0] < local:
-                    merged.append(events[k])
-                    k += 1
-                if local not in kept:
-                    merged.append((local, {"final_obs": FinalObsInBlock, "final_info": {}}))
-            merged += events[k:]
-            for local, info in merged:
-                if "final_obs" in info:
-                    final_event(info, rows, lo + local)
-            out.append((lo, UnitReply(merged, data.obs if data is not None else None)))
-        return out
+        return with_final_obs(parts, self._units.all, ended, rows)
 
     def _block_parts(self, units: Iterable[Unit]) -> list[Part]:
         """The parts of those ``units`` that answered a step with a plain OK and left their
