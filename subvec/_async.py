@@ -10,20 +10,21 @@
 The unit of scheduling is a unit (a worker and its envs): it has at most one command in
 flight and steps the subset of its envs that have actions, then answers once. The unit of the
 API is an env: each env's result (observation, reward, flags, infos, or the exception its step
-raised) is copied out of the block as soon as its unit answers and held, in the order the
-envs became ready, until a ``recv`` returns it. Nothing ready is ever dropped, and the envs
-held longest go first, so no env starves. Per env, the trajectory is SyncVectorEnv's for the
+raised) is copied out of the block as soon as its unit answers and held until a ``recv``
+returns it. Nothing ready is ever dropped, and ``recv`` hands out the held results of the
+envs sent their work first, so no env starves. Per env, the trajectory is SyncVectorEnv's for the
 same seed and the same actions: the envs run the same code (``EnvSlab.step_envs``), one env at
 a time in their unit, whatever the others do.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 from gymnasium import Space
@@ -52,6 +53,9 @@ from subvec.errors import RecvTimeoutError
 
 __all__ = ["AsyncEngine", "EnvResult", "FrontHooks"]
 
+#: give the CPU to another runnable process once (a no-op where the call does not exist)
+_yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
+
 #: a queued env's action that is in its row of the block (``send`` stored the batch there)
 _IN_BLOCK: Any = object()
 
@@ -67,6 +71,15 @@ class EnvResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     error: BaseException | None = None
     restarted: bool = False
+
+
+class _Flight(NamedTuple):
+    """A unit's command in flight: a ``"step"`` or a ``"reset"`` of ``envs``, the oldest of
+    which was sent its work at ``oldest`` (its place in the send order)."""
+
+    kind: str
+    envs: list[int]
+    oldest: int
 
 
 class _InBlock:
@@ -181,16 +194,16 @@ class AsyncEngine:
         # flight (``FrontHooks.enter``): the rows results are read from.
         self._observations = slots.batches[0] if slots is not None else batch.observations
         self._obs_fixed = slots.leaves[0] if slots is not None else batch.obs_leaves
-        self._flight: dict[int, tuple[str, list[int]]] = {}  # unit index -> (kind, envs)
+        self._flight: dict[int, _Flight] = {}  # unit index -> its command in flight
         self._queued: dict[int, dict[int, Any]] = {}  # unit index -> {env: action}
-        # insertion order: the order envs got ready
+        # the held results; ``recv`` serves them in the order their envs were sent work
         self._ready: dict[int, EnvResult | _InBlock] = {}
         self._after_restart: dict[int, EnvResult] = {}  # idle envs whose unit was rebuilt
         self._last_ids: np.ndarray | None = None
         # Each env's place in the order envs were sent work (a send, a reset): held results
-        # that became ready together are handed out, and queued work is dispatched, oldest
-        # first (see ``_dispatch`` and ``_collect_ready``).
-        self._sent_at = np.zeros(self.num_envs, dtype=np.int64)
+        # are handed out, and queued work is dispatched, oldest first (see ``recv`` and
+        # ``_dispatch``).
+        self._sent_at = [0] * self.num_envs
         self._sends = 0
         self._action_spaces: dict[int, Space[Any]] = {}
         self._mergers: dict[int, InfoMerger] = {}
@@ -214,14 +227,19 @@ class AsyncEngine:
     @property
     def in_flight_env_ids(self) -> list[int]:
         """The envs sent an action (or a reset) whose result no ``recv`` has collected yet."""
-        ids = [e for _, envs in self._flight.values() for e in envs]
+        ids = [e for flight in self._flight.values() for e in flight.envs]
         ids += [e for queued in self._queued.values() for e in queued]
         return sorted(ids)
 
     @property
     def ready_env_ids(self) -> list[int]:
-        """The envs whose results are held for the next ``recv``, oldest first."""
-        return list(self._ready)
+        """The envs whose results are held for the next ``recv``, the env sent its work
+        first first."""
+        return self._oldest_first()
+
+    def _oldest_first(self) -> list[int]:
+        """The held envs in the order they were sent their work: the order ``recv`` serves."""
+        return sorted(self._ready, key=self._sent_at.__getitem__)
 
     def _outstanding(self) -> bool:
         return bool(self._flight or any(self._queued.values()) or self._ready)
@@ -252,7 +270,7 @@ class AsyncEngine:
                 continue
             payload = request.payload(unit, self._reset_options.stored(unit))
             self._units.backend(unit).send(Command.RESET, payload, units=[unit])
-            self._flight[unit.index] = ("reset", envs)
+            self._flight[unit.index] = _Flight("reset", envs, min(self._sent_at[e] for e in envs))
             self._needs_reset[envs] = False
 
     def send(self, actions: Any, env_ids: Any) -> None:
@@ -294,8 +312,7 @@ class AsyncEngine:
         if not checked:
             raise ValueError("send: env_ids is empty: send() needs at least one env")
         ids = np.array(checked, dtype=np.int64)
-        busy = set(self.in_flight_env_ids) | set(self._ready)
-        taken = [int(e) for e in ids if int(e) in busy]
+        taken = [e for e in checked if self._busy(e)]
         if taken:
             raise ValueError(
                 f"envs {taken} are in flight or hold a result no recv() returned yet: "
@@ -310,6 +327,18 @@ class AsyncEngine:
                 )
         return ids
 
+    def _busy(self, env: int) -> bool:
+        """Whether ``env`` is in flight, queued, or holds a result."""
+        if env in self._ready:
+            return True
+        index = self._units.index_of_env(env)
+        flight = self._flight.get(index)
+        return env in self._queued.get(index, ()) or (flight is not None and env in flight.envs)
+
+    def _in_flight_count(self) -> int:
+        queued = sum(len(q) for q in self._queued.values())
+        return queued + sum(len(f.envs) for f in self._flight.values())
+
     def recv(
         self, min_envs: int | None, max_envs: int | None, timeout: float | None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
@@ -320,7 +349,7 @@ class AsyncEngine:
                 "recv",
             )
         lo, hi = self._bounds(min_envs, max_envs)
-        need = min(lo, len(self._ready) + len(self.in_flight_env_ids))
+        need = min(lo, len(self._ready) + self._in_flight_count())
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self._ready) < need:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -337,16 +366,29 @@ class AsyncEngine:
                     env_indices=self.in_flight_env_ids,
                     timeout=timeout or 0.0,
                 )
-        if len(self._ready) < hi and self._flight:
-            self._collect_ready(0.0, wait=False)
-        return self._take(list(self._ready)[:hi])
+        chosen = self._oldest_first()[:hi]
+        flight = self._flight
+        if flight:
+            sent_at = self._sent_at
+            # An env in flight was sent its work before one about to be handed out: take
+            # every answer already there, so that the oldest requests among all that is
+            # ready go out. Yield the CPU first: a worker that shares it with the parent
+            # runs only while the parent sleeps, and a recv that finds enough results held
+            # does not sleep, so that worker's envs would keep being passed over.
+            passed_over = min(f.oldest for f in flight.values()) < sent_at[chosen[-1]]
+            if passed_over:
+                _yield_cpu()
+            if passed_over or len(chosen) < hi:
+                self._collect_ready(0.0, wait=False)
+                chosen = self._oldest_first()[:hi]
+        return self._take(chosen)
 
     def drain(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """``VectorFront.drain``; ``timeout`` bounds each wait for a unit."""
         while self._flight or any(self._queued.values()):
-            want = sum(len(envs) for _, envs in self._flight.values())
+            want = sum(len(flight.envs) for flight in self._flight.values())
             self._collect_ready(timeout, wait=True, want=want, hang=True)
-        return self._take(list(self._ready))
+        return self._take(self._oldest_first())
 
     def _bounds(self, min_envs: int | None, max_envs: int | None) -> tuple[int, int]:
         n = self.num_envs
@@ -369,9 +411,11 @@ class AsyncEngine:
 
     def _stamp(self, ids: np.ndarray) -> None:
         """Number the envs ``ids`` (in that order) after every env sent work before."""
-        k = len(ids)
-        self._sent_at[ids] = np.arange(self._sends, self._sends + k)
-        self._sends += k
+        sent_at, sends = self._sent_at, self._sends
+        for env in ids.tolist():
+            sent_at[env] = sends
+            sends += 1
+        self._sends = sends
 
     def _dispatch(self) -> None:
         """Give every free unit that has actions queued one command for all of them (one
@@ -383,14 +427,14 @@ class AsyncEngine:
         Oldest first, the unit that answered late is commanded first the next time."""
         sent_at = self._sent_at
         free = [
-            (min(sent_at[e] for e in queued), index)
+            (min([sent_at[e] for e in queued]), index)
             for index, queued in self._queued.items()
             if queued and index not in self._flight
         ]
         if not free:
             return
         payloads: dict[int, StepEnvsPayload] = {}
-        for _, index in sorted(free):
+        for oldest, index in sorted(free):
             queued = self._queued[index]
             unit = self._units.unit(index)
             envs = sorted(queued)
@@ -403,7 +447,7 @@ class AsyncEngine:
                 assert read is not None
                 actions = [read(e) if a is _IN_BLOCK else a for e, a in zip(envs, actions)]
             payloads[index] = StepEnvsPayload([e - unit.lo for e in envs], actions)
-            self._flight[index] = ("step", envs)
+            self._flight[index] = _Flight("step", envs, oldest)
             queued.clear()
         for backend in self._units.backends:
             units = [
@@ -430,7 +474,7 @@ class AsyncEngine:
             if wait and want > 0:
                 # The fewest of these units whose answers can bring ``want`` envs: waking
                 # once for them, not once per answer, saves the parent's CPU.
-                sizes = sorted((len(flight[u.index][1]) for u in mine), reverse=True)
+                sizes = sorted((len(flight[u.index].envs) for u in mine), reverse=True)
                 total = 0
                 while enough < len(sizes) and total < want:
                     total += sizes[enough]
@@ -438,27 +482,16 @@ class AsyncEngine:
             got = backend.collect_ready(mine, enough, timeout, "waiting for recv")
             outcomes.update(got.outcomes)
             failures += got.failures
-            want -= sum(len(flight[i][1]) for i in got.outcomes)
-            want -= sum(len(flight[f.unit.index][1]) for f in got.failures)
+            want -= sum(len(flight[i].envs) for i in got.outcomes)
+            want -= sum(len(flight[f.unit.index].envs) for f in got.failures)
             if hang and wait and not got.outcomes and not got.failures and timeout is not None:
                 failures += [
                     Failure(u, "hung", f"no reply from {u.describe()} after {timeout:g} s")
                     for u in mine
                 ]
-        ready = self._ready
-        before = len(ready)
         for index in outcomes:
-            kind, envs = flight.pop(index)
+            kind, envs, _ = flight.pop(index)
             self._hold(self._units.unit(index), kind, envs, outcomes[index])
-        if len(ready) - before > 1:
-            # Seen in the same look, these became ready together as far as the parent can
-            # tell: the env sent its work first goes first (not the lowest env index, which
-            # served the first envs of every unit, and the first unit, more often).
-            fresh = list(ready)[before:]
-            oldest_first = sorted(fresh, key=self._sent_at.__getitem__)
-            if oldest_first != fresh:
-                for env in oldest_first:
-                    ready[env] = ready.pop(env)
         if failures:
             self._async_failures(failures, timeout)
         self._dispatch()
@@ -565,7 +598,8 @@ class AsyncEngine:
                 raise done.error
             got = done.outcomes
             unit = self._units.unit(index)
-            _, flying = self._flight.pop(index, ("", []))
+            gone = self._flight.pop(index, None)
+            flying = gone.envs if gone is not None else []
             queued = self._queued.pop(index, {})
             status, value = got[index]
             reply = value if status is Status.OK_PAYLOAD else None
