@@ -233,8 +233,7 @@ class AsyncEngine:
 
     @property
     def ready_env_ids(self) -> list[int]:
-        """The envs whose results are held for the next ``recv``, the env sent its work
-        first first."""
+        """The envs whose results are held for the next ``recv``, in the order it serves them."""
         return self._oldest_first()
 
     def _oldest_first(self) -> list[int]:

@@ -1059,7 +1059,8 @@ class VectorFront(ChunkStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
 
     @property
     def ready_env_ids(self) -> list[int]:
-        """The envs whose results are held for the next ``recv``, oldest first."""
+        """The envs whose results are held for the next ``recv``, in the order it serves them
+        (sent their work first, first)."""
         return self._async.ready_env_ids
 
     def async_reset(self, seed: SeedArg = None, options: ResetOptions = None) -> None:
