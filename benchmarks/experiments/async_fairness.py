@@ -51,11 +51,13 @@ def main() -> None:
     checkouts = [c.split("=", 1) for c in args.checkouts]
     for r in range(args.rounds):
         for label, path in checkouts:
-            env = dict(os.environ, PYTHONPATH=os.path.abspath(path))
+            root = os.path.abspath(path)
+            env = dict(os.environ, PYTHONPATH=root)
             sizes = [args.trials, args.recvs, args.num_envs, args.batch_size]
             out = subprocess.run(
                 [sys.executable, "-c", CHILD, *map(str, sizes)],
                 env=env,
+                cwd=root,  # ``-c`` puts the working directory first on sys.path
                 capture_output=True,
                 text=True,
                 check=True,
