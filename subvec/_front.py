@@ -58,7 +58,7 @@ from subvec._commands import (
 )
 from subvec._failures import FailurePolicy, RestartRecord
 from subvec._merge import InfoMerger, Part, make_merger
-from subvec._options import EnvResetOptions, ResetOptions, ResetRequest, unit_options
+from subvec._options import EnvOptions, EnvResetOptions, ResetOptions, ResetRequest, unit_options
 from subvec._recycle import RecyclingFront
 from subvec._results import with_final_obs
 from subvec._seeding import SeedArg
@@ -639,7 +639,7 @@ class VectorFront(ChunkStepping, RecyclingFront, EnvCalls, VectorEnv[Any, Any, n
                 return [None] * (unit.hi - unit.lo)
             return request.seeds[unit.lo : unit.hi]
 
-        def named(unit: Unit) -> Any:
+        def named(unit: Unit) -> EnvOptions:
             assert request is not None
             return unit_options(request.options, unit)
 
