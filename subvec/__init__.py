@@ -31,7 +31,9 @@ General layout (lower layers never import higher ones):
     _stats            per-worker statistics (stats()) and a process's resident memory
     _recycle          recycling: workers replaced between episodes (the front's Recycler)
     _state            the front's call states (shared with its mixins)
-    _async, _calls    the front's mixins: send/recv stepping; call, get_attr, set_attr, render
+    _options          reset options: the reset(options=) forms, the mask, stored options
+    _async            the front's asynchronous engine: async_reset/send/recv/drain
+    _calls            the front's mixin: call, get_attr, set_attr, render
     _chunk_front      step_chunk's component of the front (action chunks run inside the units)
     _pickling         what travels by value to a worker or actor (cloudpickle, file names kept)
     _front            the gymnasium VectorEnv contract over backends

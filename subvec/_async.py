@@ -1,4 +1,5 @@
-"""Asynchronous first-k-ready stepping on the front: ``async_reset``, ``send``, ``recv``, ``drain``.
+"""Asynchronous first-k-ready stepping: the engine behind the front's ``async_reset``,
+``send``, ``recv`` and ``drain``.
 
     send(actions, env_ids) ─► queue each env's action on its unit; a free unit gets one
                               STEP_ENVS command for every env it has an action for
@@ -9,20 +10,21 @@
 The unit of scheduling is a unit (a worker and its envs): it has at most one command in
 flight and steps the subset of its envs that have actions, then answers once. The unit of the
 API is an env: each env's result (observation, reward, flags, infos, or the exception its step
-raised) is copied out of the block as soon as its unit answers and held, in the order the
-envs became ready, until a ``recv`` returns it. Nothing ready is ever dropped, and the envs
-held longest go first, so no env starves. Per env, the trajectory is SyncVectorEnv's for the
+raised) is copied out of the block as soon as its unit answers and held until a ``recv``
+returns it. Nothing ready is ever dropped, and ``recv`` hands out the held results of the
+envs sent their work first, so no env starves. Per env, the trajectory is SyncVectorEnv's for the
 same seed and the same actions: the envs run the same code (``EnvSlab.step_envs``), one env at
 a time in their unit, whatever the others do.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 from gymnasium import Space
@@ -31,11 +33,10 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import Backend, Failure, Outcome, Unit
-from subvec._batch import BatchViews, ObsSlots
+from subvec._batch import BatchViews
 from subvec._calls import checked_env_ids
 from subvec._commands import (
     Command,
-    ResetPayload,
     Status,
     StepEnvsPayload,
     UnitReply,
@@ -43,17 +44,17 @@ from subvec._commands import (
 )
 from subvec._failures import FailurePolicy
 from subvec._merge import InfoMerger, make_merger
-from subvec._results import events_by_env, final_event, obs_by_env
+from subvec._options import EnvResetOptions, ResetOptions
+from subvec._results import events_by_env, obs_by_env, with_final_event
 from subvec._seeding import SeedArg
-from subvec._spaces import ObsSplit, per_env_actions, without_tensors
-from subvec._state import _State
+from subvec._spaces import per_env_actions, without_tensors
 from subvec._units import Units
 from subvec.errors import RecvTimeoutError
 
-if TYPE_CHECKING:
-    from subvec._front import EnvOptions, ResetOptions
+__all__ = ["AsyncEngine", "EnvResult", "FrontHooks"]
 
-__all__ = ["AsyncStepping", "EnvResult"]
+#: give the CPU to another runnable process once (a no-op where the call does not exist)
+_yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
 
 #: a queued env's action that is in its row of the block (``send`` stored the batch there)
 _IN_BLOCK: Any = object()
@@ -70,6 +71,15 @@ class EnvResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     error: BaseException | None = None
     restarted: bool = False
+
+
+class _Flight(NamedTuple):
+    """A unit's command in flight: a ``"step"`` or a ``"reset"`` of ``envs``, the oldest of
+    which was sent its work at ``oldest`` (its place in the send order)."""
+
+    kind: str
+    envs: list[int]
+    oldest: int
 
 
 class _InBlock:
@@ -104,100 +114,144 @@ def _copy_row(batch: Any, i: int) -> Any:
     return row.copy() if isinstance(row, np.ndarray) else row
 
 
-class AsyncStepping:
-    """The asynchronous half of :class:`subvec._front.VectorFront` (a mixin: it uses the
-    front's units, backends, batch arrays and state)."""
+@dataclass(frozen=True)
+class FrontHooks:
+    """What the engine asks of the front, which owns the call state, the observation slot
+    and the broken state."""
 
-    # The front's, declared for the type checker.
-    num_envs: int
-    autoreset_mode: AutoresetMode
-    info_format: str
-    default_timeout: float | None
-    single_observation_space: Space[Any]
-    single_action_space: Space[Any]
-    batch_size: int
-    _state: Any
-    _units: Units
-    _backends: list[Backend]
-    _collect_order: list[Backend]
-    _policy: FailurePolicy
-    _observations: Any
-    _obs_shared: bool
-    _obs_split: ObsSplit | None
-    _obs_slots: ObsSlots | None
-    _obs_slot: int
-    _env_obs: list[Any]
-    _rewards: np.ndarray
-    _terminations: np.ndarray
-    _truncations: np.ndarray
-    _needs_reset: np.ndarray
-    _final_in_block: bool
-    _final_obs_rows: np.ndarray | None
+    #: envs are about to go in flight: from idle, the front enters its asynchronous state
+    #: and points the units at its own observation batch (the results are copied out)
+    enter: Callable[[], None]
+    #: nothing is in flight or held any more: the front is idle again
+    leave: Callable[[], None]
+    #: raise the error of failures that are not restarted (breaking the front, or idle)
+    fail: Callable[[list[Failure], float | None], NoReturn]
+    #: the front is broken: these units (by index) are lost, for this reason
+    broken: Callable[[list[int], str], None]
+    #: the bound on building a replacement's envs, given the bound of the call
+    build_timeout: Callable[[float | None], float | None]
 
-    if TYPE_CHECKING:
 
-        def _assert_is_running(self) -> None: ...
-        def _begin_async(self, method: str) -> None: ...
-        def _reset_args(
-            self, seed: SeedArg, options: ResetOptions
-        ) -> tuple[list[int | None], np.ndarray | None, EnvOptions]: ...
-        def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None: ...
-        def _fail(self, failures: list[Failure], timeout: float | None) -> None: ...
-        def _break(self, units: Iterable[int], reason: str) -> None: ...
-        def _build_timeout(self, timeout: float | None) -> float | None: ...
-        def _obs_fixed_now(self) -> list[np.ndarray]: ...
+class AsyncEngine:
+    """Asynchronous first-k-ready stepping for :class:`subvec._front.VectorFront`, which
+    keeps the public calls and checks its own state before delegating here.
 
-    def _start_async(self, batch: BatchViews) -> None:
+    Args:
+        units: the front's map of its units (replacements refresh it in place).
+        collect_order: the backends in the order they are collected (inline ones first).
+        batch: the batch arrays the units write (rewards, flags, observations, action rows).
+        final_in_block: whether SAME_STEP final observations are in the block's rows.
+        env_obs: the front's per-env observations when they travel by value (updated here).
+        needs_reset: the front's per-env "ended, needs a reset" flags (updated here).
+        reset_options: the envs' stored options and the reset forms' checks.
+        policy: the failure policy (restarts are made through it).
+        spaces: the single observation and action spaces.
+        autoreset_mode, info_format, batch_size: the front's settings.
+        hooks: what the front does for the engine (see :class:`FrontHooks`).
+    """
+
+    def __init__(
+        self,
+        *,
+        units: Units,
+        collect_order: Sequence[Backend],
+        batch: BatchViews,
+        final_in_block: bool,
+        env_obs: list[Any],
+        needs_reset: np.ndarray,
+        reset_options: EnvResetOptions,
+        policy: FailurePolicy,
+        spaces: tuple[Space[Any], Space[Any]],
+        autoreset_mode: AutoresetMode,
+        info_format: str,
+        batch_size: int,
+        hooks: FrontHooks,
+    ) -> None:
+        self._units = units
+        self._collect_order = collect_order
+        self._hooks = hooks
+        self._reset_options = reset_options
+        self._policy = policy
+        self.single_observation_space, self.single_action_space = spaces
+        self.num_envs = len(needs_reset)
+        self.autoreset_mode = autoreset_mode
+        self.info_format = info_format
+        self.batch_size = batch_size
+        self._env_obs = env_obs
+        self._needs_reset = needs_reset
+        self._rewards = batch.rewards
+        self._terminations = batch.terminations
+        self._truncations = batch.truncations
+        self._final_in_block = final_in_block
+        self._final_obs_rows = batch.final_obs_rows
         self._store_action_rows = batch.store_action_rows
         self._read_action = batch.read_action
-        self._flight: dict[int, tuple[str, list[int]]] = {}  # unit index -> (kind, envs)
+        slots = batch.obs_slots
+        self._obs_split = batch.obs_split
+        #: observations entirely in the block
+        self._obs_shared = batch.observations is not None and self._obs_split is None
+        # The front writes observation slot 0 (the block's own batch) while envs are in
+        # flight (``FrontHooks.enter``): the rows results are read from.
+        self._observations = slots.batches[0] if slots is not None else batch.observations
+        self._obs_fixed = slots.leaves[0] if slots is not None else batch.obs_leaves
+        self._flight: dict[int, _Flight] = {}  # unit index -> its command in flight
         self._queued: dict[int, dict[int, Any]] = {}  # unit index -> {env: action}
-        # insertion order: the order envs got ready
+        # the held results; ``recv`` serves them in the order their envs were sent work
         self._ready: dict[int, EnvResult | _InBlock] = {}
         self._after_restart: dict[int, EnvResult] = {}  # idle envs whose unit was rebuilt
         self._last_ids: np.ndarray | None = None
         # Each env's place in the order envs were sent work (a send, a reset): held results
-        # that became ready together are handed out, and queued work is dispatched, oldest
-        # first (see ``_dispatch`` and ``_collect_ready``).
-        self._sent_at = np.zeros(self.num_envs, dtype=np.int64)
+        # are handed out, and queued work is dispatched, oldest first (see ``recv`` and
+        # ``_dispatch``).
+        self._sent_at = [0] * self.num_envs
         self._sends = 0
         self._action_spaces: dict[int, Space[Any]] = {}
         self._mergers: dict[int, InfoMerger] = {}
+
+    def drop_views(self) -> None:
+        """Drop the references to the batch arrays (so that a shared block can unmap)."""
+        for name in (
+            "_rewards",
+            "_terminations",
+            "_truncations",
+            "_final_obs_rows",
+            "_store_action_rows",
+            "_read_action",
+            "_observations",
+            "_obs_fixed",
+        ):
+            self.__dict__.pop(name, None)
 
     # --- introspection -----------------------------------------------------------------------
 
     @property
     def in_flight_env_ids(self) -> list[int]:
         """The envs sent an action (or a reset) whose result no ``recv`` has collected yet."""
-        ids = [e for _, envs in self._flight.values() for e in envs]
+        ids = [e for flight in self._flight.values() for e in flight.envs]
         ids += [e for queued in self._queued.values() for e in queued]
         return sorted(ids)
 
     @property
     def ready_env_ids(self) -> list[int]:
-        """The envs whose results are held for the next ``recv``, oldest first."""
-        return list(self._ready)
+        """The envs whose results are held for the next ``recv``, in the order it serves them."""
+        return self._oldest_first()
+
+    def _oldest_first(self) -> list[int]:
+        """The held envs in the order they were sent their work: the order ``recv`` serves."""
+        return sorted(self._ready, key=self._sent_at.__getitem__)
 
     def _outstanding(self) -> bool:
         return bool(self._flight or any(self._queued.values()) or self._ready)
 
     # --- the calls ---------------------------------------------------------------------------
 
-    def async_reset(self, seed: SeedArg = None, options: ResetOptions = None) -> None:
-        """Start resetting every env (or those in ``options["reset_mask"]``); their results
-        come back through :meth:`recv` (reward 0, both flags False, the reset's infos).
-
-        Args:
-            seed: as :meth:`reset`: None, an int (env ``i`` gets ``seed + i``) or one per env.
-            options: as :meth:`reset`: a dict (``"reset_mask"`` included) or one dict (or
-                None) per env; envs given none reset with their stored options.
+    def reset(self, seed: SeedArg, options: ResetOptions) -> None:
+        """``VectorFront.async_reset``, once the front allows it.
 
         Raises:
-            AlreadyPendingCallError: envs are in flight or held (``drain()`` first), or a
-                lock-step call is pending.
+            AlreadyPendingCallError: envs are in flight or held.
             ValueError, TypeError: bad seeds, options or reset mask.
         """
-        self._begin_async("async_reset")
         if self._outstanding():
             raise AlreadyPendingCallError(
                 "async_reset while envs are in flight or held "
@@ -205,38 +259,25 @@ class AsyncStepping:
                 "call drain() first",
                 "async",
             )
-        seeds, mask, env_options = self._reset_args(seed, options)
-        self._enter_async()
+        request = self._reset_options.request(seed, options)
+        mask = request.mask
+        self._hooks.enter()
         self._stamp(np.arange(self.num_envs) if mask is None else np.flatnonzero(mask))
         for unit in self._units.all:
-            envs = [e for e in range(unit.lo, unit.hi) if mask is None or mask[e]]
+            envs = request.envs(unit)
             if not envs:
                 continue
-            sub_mask = None if mask is None else [bool(m) for m in mask[unit.lo : unit.hi]]
-            unit_options = (
-                env_options[unit.lo : unit.hi] if isinstance(env_options, list) else env_options
-            )
-            payload = ResetPayload(
-                seeds[unit.lo : unit.hi], unit_options, sub_mask, self._stored_options(unit)
-            )
+            payload = request.payload(unit, self._reset_options.stored(unit))
             self._units.backend(unit).send(Command.RESET, payload, units=[unit])
-            self._flight[unit.index] = ("reset", envs)
+            self._flight[unit.index] = _Flight("reset", envs, min(self._sent_at[e] for e in envs))
             self._needs_reset[envs] = False
 
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        """Start stepping the envs ``env_ids`` with ``actions`` (one each, in that order).
-
-        Args:
-            actions: a batch of ``len(env_ids)`` actions of the single action space.
-            env_ids: the envs to step (default: those the last :meth:`recv` returned).
+    def send(self, actions: Any, env_ids: Any) -> None:
+        """``VectorFront.send``, once the front allows it.
 
         Raises:
-            ValueError: an unknown or repeated env id, an env in flight or whose result was
-                not returned yet, an ended env with autoreset DISABLED, or a batch whose
-                length is not ``len(env_ids)``; nothing is sent.
-            AlreadyPendingCallError: a lock-step call is pending.
+            ValueError: bad env ids or actions (nothing is sent).
         """
-        self._begin_async("send")
         ids = self._checked_ids(env_ids)
         k = len(ids)
         store_rows = self._store_action_rows
@@ -250,7 +291,7 @@ class AsyncStepping:
                 space = self._action_spaces[k] = batch_space(self.single_action_space, k)
             actions = without_tensors(self.single_action_space, actions)  # numpy, as the block's
             per_env = per_env_actions(space, actions, k, "one per env in env_ids")
-        self._enter_async()
+        self._hooks.enter()
         self._stamp(ids)
         for env, action in zip(ids.tolist(), per_env):
             rebuilt = self._after_restart.pop(env, None)
@@ -270,8 +311,7 @@ class AsyncStepping:
         if not checked:
             raise ValueError("send: env_ids is empty: send() needs at least one env")
         ids = np.array(checked, dtype=np.int64)
-        busy = set(self.in_flight_env_ids) | set(self._ready)
-        taken = [int(e) for e in ids if int(e) in busy]
+        taken = [e for e in checked if self._busy(e)]
         if taken:
             raise ValueError(
                 f"envs {taken} are in flight or hold a result no recv() returned yet: "
@@ -286,39 +326,29 @@ class AsyncStepping:
                 )
         return ids
 
+    def _busy(self, env: int) -> bool:
+        """Whether ``env`` is in flight, queued, or holds a result."""
+        if env in self._ready:
+            return True
+        index = self._units.index_of_env(env)
+        flight = self._flight.get(index)
+        return env in self._queued.get(index, ()) or (flight is not None and env in flight.envs)
+
+    def _in_flight_count(self) -> int:
+        queued = sum(len(q) for q in self._queued.values())
+        return queued + sum(len(f.envs) for f in self._flight.values())
+
     def recv(
-        self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None
+        self, min_envs: int | None, max_envs: int | None, timeout: float | None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
-        """The first ready envs' results.
-
-        Args:
-            min_envs: wait until this many are ready (default ``batch_size``; at most the
-                envs in flight or held, since no others can become ready).
-            max_envs: return at most this many (default ``max(batch_size, min_envs)``).
-            timeout: seconds to wait (None: the constructor's ``timeout``).
-
-        Returns:
-            ``(observations, rewards, terminations, truncations, infos)`` with one row per
-            env; ``infos["env_id"]`` (an int array; for ``info_format="list"``, each dict's
-            ``"env_id"``) names the env of each row.
-
-        Raises:
-            NoAsyncCallError: nothing is in flight or held.
-            RecvTimeoutError: fewer than ``min_envs`` got ready in time (nothing is lost).
-            EnvError: the step of an env this call would return raised (the other results
-                stay held).
-            WorkerDiedError: a worker died (with on_worker_failure="raise").
-        """
-        self._assert_is_running()
+        """``VectorFront.recv`` (``timeout``: the call's, the front's default applied)."""
         if not self._outstanding():
             raise NoAsyncCallError(
                 "Calling `recv` without any env in flight: call `async_reset` or `send` first.",
                 "recv",
             )
         lo, hi = self._bounds(min_envs, max_envs)
-        need = min(lo, len(self._ready) + len(self.in_flight_env_ids))
-        if timeout is None:
-            timeout = self.default_timeout
+        need = min(lo, len(self._ready) + self._in_flight_count())
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self._ready) < need:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -335,24 +365,29 @@ class AsyncStepping:
                     env_indices=self.in_flight_env_ids,
                     timeout=timeout or 0.0,
                 )
-        if len(self._ready) < hi and self._flight:
-            self._collect_ready(0.0, wait=False)
-        return self._take(list(self._ready)[:hi])
+        chosen = self._oldest_first()[:hi]
+        flight = self._flight
+        if flight:
+            sent_at = self._sent_at
+            # An env in flight was sent its work before one about to be handed out: take
+            # every answer already there, so that the oldest requests among all that is
+            # ready go out. Yield the CPU first: a worker that shares it with the parent
+            # runs only while the parent sleeps, and a recv that finds enough results held
+            # does not sleep, so that worker's envs would keep being passed over.
+            passed_over = min(f.oldest for f in flight.values()) < sent_at[chosen[-1]]
+            if passed_over:
+                _yield_cpu()
+            if passed_over or len(chosen) < hi:
+                self._collect_ready(0.0, wait=False)
+                chosen = self._oldest_first()[:hi]
+        return self._take(chosen)
 
-    def drain(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
-        """Wait for everything in flight and return every held result as one recv-shaped
-        batch (possibly of zero envs); the vector env is idle again, so ``step``, ``reset``
-        and ``call`` work.
-
-        Raises:
-            EnvError: an env's step raised (the other results stay held: drain again).
-            WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
-        """
-        self._assert_is_running()
+    def drain(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """``VectorFront.drain``; ``timeout`` bounds each wait for a unit."""
         while self._flight or any(self._queued.values()):
-            want = sum(len(envs) for _, envs in self._flight.values())
-            self._collect_ready(self.default_timeout, wait=True, want=want, hang=True)
-        return self._take(list(self._ready))
+            want = sum(len(flight.envs) for flight in self._flight.values())
+            self._collect_ready(timeout, wait=True, want=want, hang=True)
+        return self._take(self._oldest_first())
 
     def _bounds(self, min_envs: int | None, max_envs: int | None) -> tuple[int, int]:
         n = self.num_envs
@@ -369,24 +404,17 @@ class AsyncStepping:
 
     # --- the mechanics -----------------------------------------------------------------------
 
-    def _enter_async(self) -> None:
-        if self._state is _State.IDLE:
-            slots = self._obs_slots
-            if slots is not None:  # the results are copied out: the block's own batch
-                slots.cell[0] = 0
-                self._obs_slot = 0
-                self._observations = slots.batches[0]
-            self._state = _State.ASYNC
-
-    def _leave_async_if_done(self) -> None:
-        if self._state is _State.ASYNC and not self._outstanding():
-            self._state = _State.IDLE
+    def _leave_if_done(self) -> None:
+        if not self._outstanding():
+            self._hooks.leave()
 
     def _stamp(self, ids: np.ndarray) -> None:
         """Number the envs ``ids`` (in that order) after every env sent work before."""
-        k = len(ids)
-        self._sent_at[ids] = np.arange(self._sends, self._sends + k)
-        self._sends += k
+        sent_at, sends = self._sent_at, self._sends
+        for env in ids.tolist():
+            sent_at[env] = sends
+            sends += 1
+        self._sends = sends
 
     def _dispatch(self) -> None:
         """Give every free unit that has actions queued one command for all of them (one
@@ -398,14 +426,14 @@ class AsyncStepping:
         Oldest first, the unit that answered late is commanded first the next time."""
         sent_at = self._sent_at
         free = [
-            (min(sent_at[e] for e in queued), index)
+            (min([sent_at[e] for e in queued]), index)
             for index, queued in self._queued.items()
             if queued and index not in self._flight
         ]
         if not free:
             return
         payloads: dict[int, StepEnvsPayload] = {}
-        for _, index in sorted(free):
+        for oldest, index in sorted(free):
             queued = self._queued[index]
             unit = self._units.unit(index)
             envs = sorted(queued)
@@ -418,9 +446,9 @@ class AsyncStepping:
                 assert read is not None
                 actions = [read(e) if a is _IN_BLOCK else a for e, a in zip(envs, actions)]
             payloads[index] = StepEnvsPayload([e - unit.lo for e in envs], actions)
-            self._flight[index] = ("step", envs)
+            self._flight[index] = _Flight("step", envs, oldest)
             queued.clear()
-        for backend in self._backends:
+        for backend in self._units.backends:
             units = [
                 u for u in map(self._units.unit, payloads) if self._units.backend(u) is backend
             ]
@@ -445,7 +473,7 @@ class AsyncStepping:
             if wait and want > 0:
                 # The fewest of these units whose answers can bring ``want`` envs: waking
                 # once for them, not once per answer, saves the parent's CPU.
-                sizes = sorted((len(flight[u.index][1]) for u in mine), reverse=True)
+                sizes = sorted((len(flight[u.index].envs) for u in mine), reverse=True)
                 total = 0
                 while enough < len(sizes) and total < want:
                     total += sizes[enough]
@@ -453,27 +481,16 @@ class AsyncStepping:
             got = backend.collect_ready(mine, enough, timeout, "waiting for recv")
             outcomes.update(got.outcomes)
             failures += got.failures
-            want -= sum(len(flight[i][1]) for i in got.outcomes)
-            want -= sum(len(flight[f.unit.index][1]) for f in got.failures)
+            want -= sum(len(flight[i].envs) for i in got.outcomes)
+            want -= sum(len(flight[f.unit.index].envs) for f in got.failures)
             if hang and wait and not got.outcomes and not got.failures and timeout is not None:
                 failures += [
                     Failure(u, "hung", f"no reply from {u.describe()} after {timeout:g} s")
                     for u in mine
                 ]
-        ready = self._ready
-        before = len(ready)
         for index in outcomes:
-            kind, envs = flight.pop(index)
+            kind, envs, _ = flight.pop(index)
             self._hold(self._units.unit(index), kind, envs, outcomes[index])
-        if len(ready) - before > 1:
-            # Seen in the same look, these became ready together as far as the parent can
-            # tell: the env sent its work first goes first (not the lowest env index, which
-            # served the first envs of every unit, and the first unit, more often).
-            fresh = list(ready)[before:]
-            oldest_first = sorted(fresh, key=self._sent_at.__getitem__)
-            if oldest_first != fresh:
-                for env in oldest_first:
-                    ready[env] = ready.pop(env)
         if failures:
             self._async_failures(failures, timeout)
         self._dispatch()
@@ -539,7 +556,9 @@ class AsyncStepping:
             self._env_obs[env] = obs
             split = self._obs_split
             if split is not None:  # obs: its other leaves; the fixed-size ones are in the rows
-                obs = split.build([leaf[env, ...].copy() for leaf in self._obs_fixed_now()], obs)
+                fixed = self._obs_fixed
+                assert fixed is not None
+                obs = split.build([leaf[env, ...].copy() for leaf in fixed], obs)
         if reset:
             return EnvResult(obs, 0.0, False, False, events)
         terminated = bool(self._terminations[env])
@@ -549,11 +568,7 @@ class AsyncStepping:
         if (terminated or truncated) and self._final_in_block:
             rows = self._final_obs_rows
             assert rows is not None
-            first = events[0] if events else {}
-            if "final_obs" not in first:  # an empty final info: the event was left implicit
-                events.insert(0, final_event(None, rows, env))
-            else:
-                final_event(first, rows, env)
+            with_final_event(events, rows, env)
         reward = float(self._rewards[env])
         return EnvResult(obs, reward, terminated, truncated, events)
 
@@ -564,7 +579,7 @@ class AsyncStepping:
         if not policy.can_restart:
             for failure in failures:
                 self._flight.pop(failure.unit.index, None)
-            self._fail(failures, timeout)
+            self._hooks.fail(failures, timeout)
         for failure in failures:
             index = failure.unit.index
             self._materialise(range(failure.unit.lo, failure.unit.hi))
@@ -572,17 +587,18 @@ class AsyncStepping:
                 self._units,
                 [failure],
                 timeout,
-                self._build_timeout(timeout),
+                self._hooks.build_timeout(timeout),
                 self._no_seeds,
-                self._stored_options,
+                self._reset_options.stored,
             )
             if done.error is not None:
                 self._flight.pop(index, None)
-                self._break([index], done.reason)
+                self._hooks.broken([index], done.reason)
                 raise done.error
             got = done.outcomes
             unit = self._units.unit(index)
-            _, flying = self._flight.pop(index, ("", []))
+            gone = self._flight.pop(index, None)
+            flying = gone.envs if gone is not None else []
             queued = self._queued.pop(index, {})
             status, value = got[index]
             reply = value if status is Status.OK_PAYLOAD else None
@@ -607,7 +623,7 @@ class AsyncStepping:
             held = ready[env]
             if isinstance(held, EnvResult) and held.error is not None:
                 del ready[env]
-                self._leave_async_if_done()
+                self._leave_if_done()
                 raise held.error
         k = len(ids)
         env_ids = np.array(ids, dtype=np.int64)
@@ -646,7 +662,7 @@ class AsyncStepping:
             ]
             restarted = [row for row, r in enumerate(results) if r.restarted]
             infos = merger.merge(parts, restarted)
-        self._leave_async_if_done()
+        self._leave_if_done()
         if self.info_format == "list":
             for row, info in enumerate(infos):
                 info["env_id"] = int(env_ids[row])

@@ -7,9 +7,10 @@
                  ├── LocalShare (``_local``): the parent's own envs, run inside collect
                  └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
 
-Its mixins add asynchronous stepping (``_async``) and calls and attributes (``_calls``);
+Its mixin adds calls and attributes (``_calls``); asynchronous stepping (``_async``),
 recycling (``_recycle``) and action chunks (``_chunk_front``) are components it owns, which
-hold no strong reference to it; the call states are ``_state``. Its units and every replacement of
+hold no strong reference to it; reset options are checked and sliced per unit in ``_options``,
+and the call states are ``_state``. Its units and every replacement of
 one go through ``_units``; per-env results are read out of a unit's reply by ``_results``,
 for lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
 
@@ -25,10 +26,11 @@ the same over any set of backends.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import numpy as np
 from gymnasium import Env, Space, logger
@@ -42,7 +44,7 @@ from gymnasium.vector.utils import (
 )
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
-from subvec._async import AsyncStepping
+from subvec._async import AsyncEngine, FrontHooks
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._calls import EnvCalls, EnvIds
@@ -57,12 +59,11 @@ from subvec._commands import (
     raise_first,
 )
 from subvec._failures import FailurePolicy, RestartRecord
-from subvec._infos import as_events
 from subvec._merge import InfoMerger, Part, make_merger
+from subvec._options import EnvOptions, EnvResetOptions, ResetOptions, ResetRequest, unit_options
 from subvec._recycle import RecyclePolicy, Recycler, RssReader
-from subvec._results import final_event
-from subvec._seeding import SeedArg, per_env_seeds
-from subvec._slab import FinalObsInBlock
+from subvec._results import with_final_obs
+from subvec._seeding import SeedArg
 from subvec._spaces import (
     BY_VALUE,
     Stored,
@@ -84,11 +85,6 @@ __all__ = [
     "VectorFront",
     "check_observation_mode",
 ]
-
-#: ``reset(options=...)``: one dict for every env, one dict (or None) per env, or None
-ResetOptions = dict[str, Any] | Sequence[dict[str, Any] | None] | None
-#: the options that go to the envs: a dict for all, a checked per-env list, or None
-EnvOptions = dict[str, Any] | list[dict[str, Any] | None] | None
 
 #: How long close() waits for workers to finish their envs' close() before escalating.
 DEFAULT_CLOSE_TIMEOUT = 10.0
@@ -190,11 +186,6 @@ def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
     )
 
 
-def _unit_options(options: EnvOptions, unit: Unit) -> EnvOptions:
-    """The part of a reset's options that goes to ``unit``: a per-env list is sliced."""
-    return options[unit.lo : unit.hi] if isinstance(options, list) else options
-
-
 def _copy_nest(obs: Any) -> Any:
     if isinstance(obs, np.ndarray):
         return obs.copy()
@@ -214,9 +205,10 @@ def _view_nest(obs: Any) -> Any:
     return tuple(_view_nest(v) for v in obs)
 
 
-class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
+class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
-    asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) are in ``_async``."""
+    asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) delegate to an
+    :class:`~subvec._async.AsyncEngine`."""
 
     _state = _State.IDLE
     _broken_reason = ""
@@ -282,6 +274,8 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._backends: list[Backend] = []
         #: every unit, which runs which env, and the one replacement driver
         self._units = Units([], num_envs)
+        #: the reset options each env stored, and the checks of every form of them
+        self._reset_options = EnvResetOptions(num_envs)
 
     # --- what the subclass sets up ----------------------------------------------------------
 
@@ -382,16 +376,39 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._answered: dict[int, Outcome] = {}
         #: the units a broken vector env has lost, by index (``reset()`` rebuilds them)
         self._broken_units: set[int] = set()
-        self._reset_request: tuple[list[int | None], np.ndarray | None] | None = None
-        #: the options the pending reset names (a restart during it resets with them too)
-        self._reset_named: EnvOptions = None
+        #: the pending reset's seeds, mask and named options (a restart during it resets
+        #: with them too)
+        self._reset_request: ResetRequest | None = None
         self._env_obs: list[Any] = [None] * n
-        #: per env: the options its resets get when none are named (``set_reset_options``)
-        self._reset_options: list[dict[str, Any] | None] = [None] * n
         #: the pending call's env ids (None: every env) and the units it went to
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
-        self._start_async(batch)
+        # The hooks reach the front through a weak proxy: an engine holding the front's bound
+        # methods would make a cycle, and a dropped vector env would keep its workers until
+        # the cycle collector ran.
+        front = weakref.proxy(self)
+        #: asynchronous stepping; this front keeps the call state and the observation slot
+        self._async = AsyncEngine(
+            units=self._units,
+            collect_order=self._collect_order,
+            batch=batch,
+            final_in_block=final_obs,
+            env_obs=self._env_obs,
+            needs_reset=self._needs_reset,
+            reset_options=self._reset_options,
+            policy=self._policy,
+            spaces=(self.single_observation_space, self.single_action_space),
+            autoreset_mode=self.autoreset_mode,
+            info_format=self.info_format,
+            batch_size=self.batch_size,
+            hooks=FrontHooks(
+                enter=lambda: front._enter_async(),
+                leave=lambda: front._leave_async(),
+                fail=lambda failures, timeout: front._fail(failures, timeout),
+                broken=lambda units, reason: front._break(units, reason),
+                build_timeout=lambda timeout: front._build_timeout(timeout),
+            ),
+        )
         #: recycling, where the backend offers it (:meth:`_start_recycling`)
         self._recycler: Recycler | None = None
         #: ``step_chunk``'s work; the chunk's arrays are the front's own unless the backend
@@ -630,7 +647,7 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         raise_first(errors)
         return parts
 
-    def _fail(self, failures: list[Failure], timeout: float | None) -> None:
+    def _fail(self, failures: list[Failure], timeout: float | None) -> NoReturn:
         error, broken = self._policy.error(failures, timeout)
         if broken:
             self._break([f.unit.index for f in failures], failures[0].message)
@@ -662,10 +679,11 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         def seeds(unit: Unit) -> Sequence[int | None]:
             if request is None:
                 return [None] * (unit.hi - unit.lo)
-            return request[0][unit.lo : unit.hi]
+            return request.seeds[unit.lo : unit.hi]
 
         def named(unit: Unit) -> EnvOptions:
-            return _unit_options(self._reset_named, unit)
+            assert request is not None
+            return unit_options(request.options, unit)
 
         call = state is _State.WAITING_CALL
         if call and self._obs_slots is not None:
@@ -678,7 +696,7 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 timeout,
                 self._build_timeout(timeout),
                 seeds,
-                self._stored_options,
+                self._reset_options.stored,
                 named if request is not None else None,
                 into=outcomes,
             )
@@ -768,23 +786,18 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         broken = self._state is _State.BROKEN and not self.closed
         if not broken:
             self._begin(_State.WAITING_RESET)
-        seeds, mask, env_options = self._reset_args(seed, options)
+        request = self._reset_options.request(seed, options)
+        mask = request.mask
         rebuilt = self._rebuild() if broken else []
         if mask is not None:
             for unit in rebuilt:
                 mask[unit.lo : unit.hi] = True  # fresh envs have no state to keep: reset them
         if self._recycler is not None:  # before the slot pick: the units change
-            self._recycler.on_reset(seeds, mask, self.default_timeout)
-        self._reset_request = (seeds, mask)
-        self._reset_named = env_options
+            self._recycler.on_reset(request.seeds, mask, self.default_timeout)
+        self._reset_request = request
 
         def payload(unit: Unit) -> ResetPayload:
-            sub_mask = None if mask is None else [bool(m) for m in mask[unit.lo : unit.hi]]
-            # The stored options go along: a unit rebuilt or recycled just now has none yet.
-            stored = self._stored_options(unit)
-            return ResetPayload(
-                seeds[unit.lo : unit.hi], _unit_options(env_options, unit), sub_mask, stored
-            )
+            return request.payload(unit, self._reset_options.stored(unit))
 
         if self._any_restarted:
             self._restarted[:] = False
@@ -842,63 +855,6 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._broken_reason = ""
         return rebuilt
 
-    def _reset_args(
-        self, seed: SeedArg, options: ResetOptions
-    ) -> tuple[list[int | None], np.ndarray | None, EnvOptions]:
-        """Per-env seeds, the checked ``reset_mask`` (or None), and the options the envs see:
-        the caller's dict without the mask (never mutated), or the per-env list, checked.
-
-        Raises:
-            TypeError, ValueError: options that are none of the forms :meth:`reset` takes.
-        """
-        seeds = per_env_seeds(seed, self.num_envs)
-        if options is None:
-            return seeds, None, None
-        if isinstance(options, (list, tuple)):
-            return seeds, None, self._per_env_options(options, "reset(options=...)")
-        if not isinstance(options, dict):
-            raise TypeError(
-                "reset(options=...) takes a dict (every env), a list or tuple of "
-                f"{self.num_envs} dicts or None (one per env), or None; got "
-                f"{type(options).__name__}"
-            )
-        if "reset_mask" not in options:
-            return seeds, None, options
-        mask = self._check_reset_mask(options["reset_mask"])
-        return seeds, mask, {k: v for k, v in options.items() if k != "reset_mask"}
-
-    def _per_env_options(
-        self, options: Sequence[Any], where: str, env_ids: Sequence[int] | None = None
-    ) -> list[dict[str, Any] | None]:
-        """``options`` checked as one dict (or None) per env of ``env_ids`` (None: every env),
-        each a shallow copy (later changes to the caller's dicts do not reach the envs)."""
-        what = "num_envs" if env_ids is None else "len(env_ids)"
-        expected = self.num_envs if env_ids is None else len(env_ids)
-        if len(options) != expected:
-            raise ValueError(
-                f"{where}: a list or tuple of options needs one entry per env ({what} = "
-                f"{expected}), got {len(options)}"
-            )
-        checked: list[dict[str, Any] | None] = []
-        for j, entry in enumerate(options):
-            env = j if env_ids is None else env_ids[j]
-            if entry is None:
-                checked.append(None)
-                continue
-            if not isinstance(entry, dict):
-                raise TypeError(
-                    f"{where}: the options of env {env} (entry {j}) must be a dict or None, "
-                    f"got {type(entry).__name__}"
-                )
-            if "reset_mask" in entry:
-                raise ValueError(
-                    f"{where}: the options of env {env} (entry {j}) hold 'reset_mask', which "
-                    "is not an option of one env's reset: pass options={'reset_mask': mask} "
-                    "(gymnasium's form), and per-env options with set_reset_options()"
-                )
-            checked.append(dict(entry))
-        return checked
-
     def set_reset_options(
         self,
         options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
@@ -925,27 +881,13 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         ids = self._checked_env_ids(env_ids, "set_reset_options")
         if ids is None:
             ids = list(range(self.num_envs))
-        if options is None or isinstance(options, dict):
-            per_env = self._per_env_options([options] * len(ids), "set_reset_options", ids)
-        elif isinstance(options, (list, tuple)):
-            per_env = self._per_env_options(options, "set_reset_options", ids)
-        else:
-            raise TypeError(
-                "set_reset_options(options) takes a dict (every env of env_ids), a list or "
-                "tuple of one dict or None per env of env_ids, or None (clears); got "
-                f"{type(options).__name__}"
-            )
-        for env, opts in zip(ids, per_env):
-            self._reset_options[env] = opts
+        self._reset_options.store(options, ids)
         if not ids:
             return
         targets = self._by_unit(ids)
 
         def payload(unit: Unit) -> ResetOptionsPayload:
-            envs = targets[unit.index]
-            return ResetOptionsPayload(
-                [e - unit.lo for e in envs], [self._reset_options[e] for e in envs]
-            )
+            return self._reset_options.store_payload(unit, targets[unit.index])
 
         only = frozenset(targets)
         self._send(Command.SET_RESET_OPTIONS, per_unit=payload, only=only)
@@ -955,33 +897,11 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     @property
     def reset_options(self) -> tuple[dict[str, Any] | None, ...]:
         """The options each env's resets get when none are named (:meth:`set_reset_options`)."""
-        return tuple(self._reset_options)
+        return tuple(self._reset_options.per_env)
 
     def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None:
         """What ``unit``'s envs have stored (for a replacement), or None when nothing is."""
-        stored = self._reset_options[unit.lo : unit.hi]
-        return stored if any(o is not None for o in stored) else None
-
-    def _check_reset_mask(self, reset_mask: Any) -> np.ndarray:
-        if not isinstance(reset_mask, np.ndarray):
-            raise TypeError(
-                f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}"
-            )
-        if reset_mask.shape != (self.num_envs,):
-            raise ValueError(
-                f"`options['reset_mask']` must have shape `({self.num_envs},)`, "
-                f"got {reset_mask.shape}"
-            )
-        if reset_mask.dtype != np.bool_:
-            raise TypeError(
-                f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}"
-            )
-        if not np.any(reset_mask):
-            raise ValueError(
-                "`options['reset_mask']` must contain a boolean array with at least one True "
-                f"value, got reset_mask={reset_mask}"
-            )
-        return np.array(reset_mask, dtype=np.bool_)
+        return self._reset_options.stored(unit)
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset :meth:`reset_async` started.
@@ -1000,7 +920,7 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._finish(_State.WAITING_RESET, "reset_wait")
         parts = self._collect(_State.WAITING_RESET, timeout)
         assert self._reset_request is not None
-        _, mask = self._reset_request
+        mask = self._reset_request.mask
         self._reset_request = None
         if mask is None:
             self._needs_reset[:] = False
@@ -1254,6 +1174,108 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         parts, or None where it does not apply (then the front's send and collect run)."""
         return None
 
+    # --- asynchronous stepping (the engine in ``_async``) -------------------------------------
+
+    @property
+    def in_flight_env_ids(self) -> list[int]:
+        """The envs sent an action (or a reset) whose result no ``recv`` has collected yet."""
+        return self._async.in_flight_env_ids
+
+    @property
+    def ready_env_ids(self) -> list[int]:
+        """The envs whose results are held for the next ``recv``, in the order it serves them
+        (sent their work first, first)."""
+        return self._async.ready_env_ids
+
+    def async_reset(self, seed: SeedArg = None, options: ResetOptions = None) -> None:
+        """Start resetting every env (or those in ``options["reset_mask"]``); their results
+        come back through :meth:`recv` (reward 0, both flags False, the reset's infos).
+
+        Args:
+            seed: as :meth:`reset`: None, an int (env ``i`` gets ``seed + i``) or one per env.
+            options: as :meth:`reset`: a dict (``"reset_mask"`` included) or one dict (or
+                None) per env; envs given none reset with their stored options.
+
+        Raises:
+            AlreadyPendingCallError: envs are in flight or held (``drain()`` first), or a
+                lock-step call is pending.
+            ValueError, TypeError: bad seeds, options or reset mask.
+        """
+        self._begin_async("async_reset")
+        self._async.reset(seed, options)
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Start stepping the envs ``env_ids`` with ``actions`` (one each, in that order).
+
+        Args:
+            actions: a batch of ``len(env_ids)`` actions of the single action space.
+            env_ids: the envs to step (default: those the last :meth:`recv` returned).
+
+        Raises:
+            ValueError: an unknown or repeated env id, an env in flight or whose result was
+                not returned yet, an ended env with autoreset DISABLED, or a batch whose
+                length is not ``len(env_ids)``; nothing is sent.
+            AlreadyPendingCallError: a lock-step call is pending.
+        """
+        self._begin_async("send")
+        self._async.send(actions, env_ids)
+
+    def recv(
+        self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """The first ready envs' results.
+
+        Args:
+            min_envs: wait until this many are ready (default ``batch_size``; at most the
+                envs in flight or held, since no others can become ready).
+            max_envs: return at most this many (default ``max(batch_size, min_envs)``).
+            timeout: seconds to wait (None: the constructor's ``timeout``).
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)`` with one row per
+            env; ``infos["env_id"]`` (an int array; for ``info_format="list"``, each dict's
+            ``"env_id"``) names the env of each row.
+
+        Raises:
+            NoAsyncCallError: nothing is in flight or held.
+            RecvTimeoutError: fewer than ``min_envs`` got ready in time (nothing is lost).
+            EnvError: the step of an env this call would return raised (the other results
+                stay held).
+            WorkerDiedError: a worker died (with on_worker_failure="raise").
+        """
+        self._assert_is_running()
+        if timeout is None:
+            timeout = self.default_timeout
+        return self._async.recv(min_envs, max_envs, timeout)
+
+    def drain(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Wait for everything in flight and return every held result as one recv-shaped
+        batch (possibly of zero envs); the vector env is idle again, so ``step``, ``reset``
+        and ``call`` work.
+
+        Raises:
+            EnvError: an env's step raised (the other results stay held: drain again).
+            WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
+        """
+        self._assert_is_running()
+        return self._async.drain(self.default_timeout)
+
+    def _enter_async(self) -> None:
+        """Envs go in flight: from idle, the units write the block's own observation batch
+        (slot 0: the engine copies each env's result out of it)."""
+        if self._state is _State.IDLE:
+            slots = self._obs_slots
+            if slots is not None:
+                slots.cell[0] = 0
+                self._obs_slot = 0
+                self._observations = slots.batches[0]
+            self._state = _State.ASYNC
+
+    def _leave_async(self) -> None:
+        """Nothing is in flight or held any more: idle again."""
+        if self._state is _State.ASYNC:
+            self._state = _State.IDLE
+
     # --- results -----------------------------------------------------------------------------
 
     def _pick_obs_slot(self) -> None:
@@ -1302,34 +1324,7 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             return parts
         rows = self._final_obs_rows
         assert rows is not None
-        sent = dict(parts)
-        out: list[Part] = []
-        for unit in self._units.all:
-            lo, hi = unit.lo, unit.hi
-            data = sent.get(lo)
-            mine = [i - lo for i in ended if lo <= i < hi]
-            if not mine:
-                if data is not None:
-                    out.append((lo, data))
-                continue
-            events = list(as_events(data.infos)) if data is not None else []
-            # Envs that sent their final event (the observation in the block or by value,
-            # when it did not fit the block's row) need no stand-in.
-            kept = {e for e, info in events if "final_obs" in info and "final_info" in info}
-            merged: list[tuple[int, dict[str, Any]]] = []
-            k = 0
-            for local in mine:
-                while k < len(events) and events[k][0] < local:
-                    merged.append(events[k])
-                    k += 1
-                if local not in kept:
-                    merged.append((local, {"final_obs": FinalObsInBlock, "final_info": {}}))
-            merged += events[k:]
-            for local, info in merged:
-                if "final_obs" in info:
-                    final_event(info, rows, lo + local)
-            out.append((lo, UnitReply(merged, data.obs if data is not None else None)))
-        return out
+        return with_final_obs(parts, self._units.all, ended, rows)
 
     def _block_parts(self, units: Iterable[Unit]) -> list[Part]:
         """The parts of those ``units`` that answered a step with a plain OK and left their
@@ -1478,8 +1473,6 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             "_terminations",
             "_truncations",
             "_store_actions",
-            "_store_action_rows",
-            "_read_action",
             "_final_obs_rows",
             "_info_block",
             "_obs_slots",
@@ -1488,6 +1481,9 @@ class VectorFront(AsyncStepping, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         chunks = self.__dict__.get("_chunks")
         if chunks is not None:
             chunks.drop_views()
+        engine = self.__dict__.get("_async")
+        if engine is not None:
+            engine.drop_views()
         if getattr(self, "_obs_shared", False) or getattr(self, "_obs_split", None) is not None:
             self.__dict__.pop("_observations", None)
             self.__dict__.pop("_obs_fixed", None)

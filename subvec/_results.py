@@ -8,15 +8,17 @@ block (left implicit by the unit when the final info is empty, or carrying a sta
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from subvec._backend import Unit
 from subvec._commands import UnitReply
 from subvec._infos import as_events
 from subvec._slab import FinalObsInBlock
 
-__all__ = ["events_by_env", "final_event", "obs_by_env"]
+__all__ = ["events_by_env", "final_event", "obs_by_env", "with_final_event", "with_final_obs"]
 
 
 def events_by_env(lo: int, reply: UnitReply | None) -> dict[int, list[dict[str, Any]]]:
@@ -44,3 +46,40 @@ def final_event(info: dict[str, Any] | None, rows: np.ndarray, env: int) -> dict
     if info["final_obs"] is FinalObsInBlock:
         info["final_obs"] = rows[env, ...].copy()  # [i, ...]: a 0-d leaf stays an array
     return info
+
+
+def with_final_event(
+    events: list[dict[str, Any]], rows: np.ndarray, env: int
+) -> list[dict[str, Any]]:
+    """An ended env's info events (``events``, changed in place) with its final event first:
+    the one the unit sent (a stand-in filled from the block's row), or a new one for the empty
+    final info the unit left implicit."""
+    if events and "final_obs" in events[0] and "final_info" in events[0]:
+        final_event(events[0], rows, env)
+    else:
+        events.insert(0, final_event(None, rows, env))
+    return events
+
+
+def with_final_obs(
+    parts: Sequence[tuple[int, Any]], units: Iterable[Unit], ended: Sequence[int], rows: np.ndarray
+) -> list[tuple[int, Any]]:
+    """A lock-step step's parts (``(first env, UnitReply or None)`` per unit) with the final
+    event of each env in ``ended`` (sorted) in the place SyncVectorEnv gives it: after the
+    events of the envs before it, before its own reset info."""
+    sent = dict(parts)
+    out: list[tuple[int, Any]] = []
+    for unit in units:
+        lo, hi = unit.lo, unit.hi
+        data = sent.get(lo)
+        mine = [e for e in ended if lo <= e < hi]
+        if not mine:
+            if data is not None:
+                out.append((lo, data))
+            continue
+        by_env = events_by_env(lo, data)
+        for env in mine:
+            by_env[env] = with_final_event(by_env.get(env, []), rows, env)
+        events = [(env - lo, info) for env in sorted(by_env) for info in by_env[env]]
+        out.append((lo, UnitReply(events, data.obs if data is not None else None)))
+    return out

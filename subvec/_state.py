@@ -1,5 +1,5 @@
-"""The front's call states, shared by the front and its mixins (``_async``, ``_calls``), and
-the weak hooks its components call it back through."""
+"""The front's call states, shared by the front and its components (``_async``, ``_calls``,
+``_chunk_front``, ``_recycle``), and the weak hooks its components call it back through."""
 
 from __future__ import annotations
 

@@ -196,6 +196,25 @@ def test_results_ready_together_go_in_the_order_their_envs_were_sent() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_an_env_sent_its_work_first_goes_before_one_ready_earlier() -> None:
+    # Env 0's step takes 0.3 s and is sent first; envs 1 and 2 answer at once. Whichever of
+    # those the first recv returns, the other is ready long before env 0, yet env 0 goes
+    # first: recv serves the oldest requests among what is ready, not the first ready.
+    envs = SubprocVectorEnv([_slow(0.3), _slow(0.0), _slow(0.0)], envs_per_worker=1, batch_size=1)
+    try:
+        envs.async_reset(seed=0)
+        assert sorted(envs.recv(min_envs=3)[4]["env_id"].tolist()) == [0, 1, 2]
+        for env in (0, 1, 2):
+            envs.send(np.zeros(1, dtype=np.int64), [env])
+        first = envs.recv()[4]["env_id"].tolist()
+        assert first in ([1], [2])
+        other = 3 - first[0]
+        assert envs.recv(min_envs=2, max_envs=2)[4]["env_id"].tolist() == [0, other]
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
 def test_recv_timeout_names_the_envs_in_flight_and_loses_nothing() -> None:
     fns = [_slow(0.0), _slow(0.0), _slow(1.0)]
     envs = SubprocVectorEnv(fns, envs_per_worker=1, batch_size=3)

@@ -58,13 +58,6 @@ NOT_FOR_THE_FRONT = (
 
 #: Cycles whose fix is under way apart from this test (module pairs, in either order): a
 #: listed cycle still found passes, one gone fails until it is taken off the list.
-KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        # the reset options' types live in _front, which needs _async's mixin
-        frozenset({"subvec._async", "subvec._front"}),
-    }
-)
-
 PACKAGE_DIR = Path(subvec.__file__).parent
 
 
@@ -297,12 +290,8 @@ def test_the_cycle_finder_finds_cycles() -> None:
 def test_no_import_cycle() -> None:
     graph = _graph()
     assert graph.get("subvec._front")  # the graph was read
-    components = _components(graph)
-    new = [
+    cycles = [
         " -> ".join(_cycle_in(graph, c)) + f" (modules in cycles together: {sorted(c)})"
-        for c in components
-        if frozenset(c) not in KNOWN_CYCLES
+        for c in _components(graph)
     ]
-    assert not new, "import cycles (type-only ones included):\n" + "\n".join(new)
-    gone = [sorted(k) for k in KNOWN_CYCLES if k not in {frozenset(c) for c in components}]
-    assert not gone, f"no longer a cycle, take it off KNOWN_CYCLES: {gone}"
+    assert not cycles, "import cycles (type-only ones included):\n" + "\n".join(cycles)
