@@ -56,8 +56,6 @@ NOT_FOR_THE_FRONT = (
     "select",
 )
 
-#: Cycles whose fix is under way apart from this test (module pairs, in either order): a
-#: listed cycle still found passes, one gone fails until it is taken off the list.
 PACKAGE_DIR = Path(subvec.__file__).parent
 
 
