@@ -50,14 +50,13 @@ from subvec._commands import (
     ResetPayload,
     Status,
     StepPayload,
-    UnitReply,
     raise_first,
 )
 from subvec._failures import FailurePolicy, Recovery, RestartRecord
 from subvec._merge import InfoMerger, Part, make_merger
 from subvec._options import EnvResetOptions, ResetOptions, ResetRequest
 from subvec._recycle import RecyclePolicy, Recycler, RssReader
-from subvec._results import with_final_obs
+from subvec._results import block_parts, final_obs_parts, split_batch
 from subvec._seeding import SeedArg
 from subvec._setup import (
     EnvsHello,
@@ -829,8 +828,11 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         if recycler is not None:
             restarted = self._restarted if self._any_restarted else None
             recycler.count_episodes(self._rewards, self._terminations, self._truncations, restarted)
-        if self._final_in_block:
-            parts = self._with_final_obs(parts)
+        if self._final_in_block and self._any_ended():  # the final events, in their places
+            assert self._final_obs_rows is not None
+            ended = self._terminations | self._truncations
+            restarted = self._restarted if self._any_restarted else None
+            parts = final_obs_parts(parts, self._units.all, ended, restarted, self._final_obs_rows)
         if recycler is not None:
             parts = recycler.same_step(
                 parts, self._terminations, self._truncations, self.default_timeout
@@ -1059,37 +1061,9 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         ~1.4 us for 16 envs, twice a SAME_STEP step, on the partner's CPU)."""
         return bool(np.count_nonzero(self._terminations) or np.count_nonzero(self._truncations))
 
-    def _with_final_obs(self, parts: Sequence[Part]) -> Sequence[Part]:
-        """SAME_STEP with final observations kept in the block: each ended env's final event,
-        with its observation copied out of the block, in the place SyncVectorEnv gives it
-        (after the events of the envs before it, before its own reset info). Units leave
-        the event out when the final info is empty, and send a stand-in for the observation
-        otherwise; an env ended by a worker restart has no final observation."""
-        if not self._any_ended():
-            return parts  # no final event, so no stand-in either
-        ended_mask = self._terminations | self._truncations
-        if self._any_restarted:
-            ended_mask &= ~self._restarted
-        ended = np.flatnonzero(ended_mask).tolist()
-        if not ended:
-            return parts
-        rows = self._final_obs_rows
-        assert rows is not None
-        return with_final_obs(parts, self._units.all, ended, rows)
-
     def _block_parts(self, units: Iterable[Unit]) -> list[Part]:
-        """The parts of those ``units`` that answered a step with a plain OK and left their
-        infos in the block (as the columns they would have sent)."""
-        info_block = self._info_block
-        if info_block is None:
-            return []
-        parts = []
-        for unit in units:
-            if unit.index in self._info_units:
-                columns = info_block.columns(unit)
-                if columns is not None:
-                    parts.append((unit.lo, UnitReply(columns, None)))
-        return parts
+        """The parts of those ``units`` that left their step's infos in the block."""
+        return block_parts(units, self._info_units, self._info_block)
 
     def _observations_out(self, parts: Sequence[Part]) -> Any:
         if not self._obs_shared:
@@ -1109,29 +1083,18 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         return copy_nest(self._observations) if self.copy else self._observations
 
     def _split_out(self) -> Any:
-        """A split nest's batch: its fixed-size leaves from the block (copied, or views of an
-        observation slot) and its other leaves batched with gymnasium's ``concatenate``
-        (and deep-copied with ``copy=True``), as SyncVectorEnv batches the whole nest."""
-        split = self._obs_split
-        assert split is not None
-        loose = split.loose_batches(self._env_obs, self._loose_out)
-        slot = self._obs_slot
-        if slot:  # the caller's own batch (see _batch.ObsSlots)
-            assert self._obs_slots is not None
-            fixed = [leaf.view() for leaf in self._obs_slots.leaves[slot]]
-        else:
-            fixed = self._obs_fixed_now()
-            if self.copy:
-                fixed = [leaf.copy() for leaf in fixed]
-        if self.copy:
-            loose = deepcopy(loose)
-        return split.build(fixed, loose)
-
-    def _obs_fixed_now(self) -> list[np.ndarray]:
-        """A split nest's fixed-size leaves in the batch the units write now."""
-        if self._obs_slots is not None:
-            return self._obs_slots.leaves[self._obs_slot]
-        return self._obs_fixed
+        """A split nest's batch (``_results.split_batch``) from the batch the units write."""
+        assert self._obs_split is not None
+        slots, slot = self._obs_slots, self._obs_slot
+        fixed = self._obs_fixed if slots is None else slots.leaves[slot]
+        return split_batch(
+            self._obs_split,
+            self._env_obs,
+            self._loose_out,
+            fixed,
+            in_slot=bool(slot),
+            copy=self.copy,
+        )
 
     def _merge_infos(self, parts: Sequence[Part]) -> Any:
         """Merge the info events in env order, as SyncVectorEnv would."""
