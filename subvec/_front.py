@@ -46,8 +46,6 @@ from subvec._calls import EnvCalls, EnvIds
 from subvec._chunk_front import ChunkResults, ChunkStepper, PerUnit
 from subvec._commands import (
     Command,
-    ResetOptionsPayload,
-    ResetPayload,
     Status,
     StepPayload,
     raise_first,
@@ -75,7 +73,7 @@ from subvec._spaces import (
     per_env_actions,
     without_tensors,
 )
-from subvec._state import _ASYNC_NAME, _WAITING, _State, weak_method
+from subvec._state import _ASYNC_NAME, _WAITING, _State, pending_call, weak_method
 from subvec._units import Units
 from subvec.errors import BrokenVectorEnvError
 from subvec.proxy import RemoteProxy
@@ -344,11 +342,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 str(self._state.value),
             )
         if self._state is not _State.IDLE:
-            raise AlreadyPendingCallError(
-                f"Calling `{_ASYNC_NAME[state]}` while waiting for a pending call to "
-                f"`{self._state.value}` to complete",
-                str(self._state.value),
-            )
+            raise pending_call(_ASYNC_NAME[state], self._state)
 
     def _begin_async(self, method: str) -> None:
         self._assert_is_running()
@@ -359,11 +353,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 "reset()/step(), or build the vector env without recycling"
             )
         if self._state not in (_State.IDLE, _State.ASYNC):
-            raise AlreadyPendingCallError(
-                f"Calling `{method}` while waiting for a pending call to "
-                f"`{self._state.value}` to complete",
-                str(self._state.value),
-            )
+            raise pending_call(method, self._state)
 
     def _finish(self, state: _State, method: str) -> None:
         self._assert_is_running()
@@ -581,20 +571,13 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         if not broken:
             self._begin(_State.WAITING_RESET)
         request = self._reset_options.request(seed, options)
-        mask = request.mask
         if broken:
-            rebuilt = self._recovery.rebuild(self._build_timeout(self.default_timeout))
+            request.include(self._recovery.rebuild(self._build_timeout(self.default_timeout)))
             self._state = _State.IDLE
-            if mask is not None:
-                for unit in rebuilt:
-                    mask[unit.lo : unit.hi] = True  # fresh envs have no state to keep
+        mask = request.mask
         if self._recycler is not None:  # before the slot pick: the units change
             self._recycler.on_reset(request.seeds, mask, self.default_timeout)
         self._reset_request = request
-
-        def payload(unit: Unit) -> ResetPayload:
-            return request.payload(unit, self._reset_options.stored(unit))
-
         if self._any_restarted:
             self._restarted[:] = False
             # Envs restarted during a call: this reset's infos flag them. (Rebuilt ones are
@@ -606,7 +589,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 self._pick_obs_slot()
             else:
                 self._fresh_obs_slot()  # the envs not reset keep theirs
-        self._send(Command.RESET, per_unit=payload)
+        self._send(Command.RESET, per_unit=self._reset_options.payloads(request))
         self._state = _State.WAITING_RESET
 
     def set_reset_options(
@@ -639,12 +622,9 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         if not ids:
             return
         targets = self._by_unit(ids)
-
-        def payload(unit: Unit) -> ResetOptionsPayload:
-            return self._reset_options.store_payload(unit, targets[unit.index])
-
+        payloads = self._reset_options.store_payloads(targets)
         only = frozenset(targets)
-        self._send(Command.SET_RESET_OPTIONS, per_unit=payload, only=only)
+        self._send(Command.SET_RESET_OPTIONS, per_unit=payloads, only=only)
         self._state = _State.WAITING_CALL
         self._collect(_State.WAITING_CALL, None, only)
 
@@ -674,12 +654,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._finish(_State.WAITING_RESET, "reset_wait")
         parts = self._collect(_State.WAITING_RESET, timeout)
         assert self._reset_request is not None
-        mask = self._reset_request.mask
+        self._reset_request.done(self._needs_reset)
         self._reset_request = None
-        if mask is None:
-            self._needs_reset[:] = False
-        else:
-            self._needs_reset[mask] = False
         return self._observations_out(parts), self._merge_infos(parts)
 
     # --- step --------------------------------------------------------------------------------
