@@ -9,10 +9,12 @@
 
 Its mixin adds calls and attributes (``_calls``); asynchronous stepping (``_async``),
 recycling (``_recycle``) and action chunks (``_chunk_front``) are components it owns, which
-hold no strong reference to it; reset options are checked and sliced per unit in ``_options``,
-and the call states are ``_state``. Its units and every replacement of
-one go through ``_units``; per-env results are read out of a unit's reply by ``_results``,
-for lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
+hold no strong reference to it, and so is the recovery from failed units in lock-step calls
+(``_failures.Recovery``: restarts, the broken state, rebuilds); reset options are checked and
+sliced per unit in ``_options``, and the call states are ``_state``. What it is built from
+(hellos, option checks, spaces) is ``_setup``. Its units and every replacement of one go
+through ``_units``; per-env results are read out of a unit's reply by ``_results``, for
+lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
 
 The front knows no pipes and no processes (tests/test_rooms.py holds it to that). Every
 fixed-size result of a call is already in the batch arrays when a unit answers (for the
