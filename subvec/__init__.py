@@ -25,17 +25,20 @@ General layout (lower layers never import higher ones):
                       serve commands
     _backend          the face every backend shows the front (units, send, collect, restart)
     _units            the front's map of units and the one replace-and-reset driver
-    _results          per-env results out of a unit's reply (lock-step and async alike)
+    _results          per-env results out of a unit's reply (lock-step and async alike),
+                      the lock-step results off the steady path
     _pool, _local     backends: worker processes; the parent's own envs (parent_envs)
-    _failures         the failure policy: raise, or restart and report
+    _failures         the failure policy (raise, or restart and report) and the front's
+                      recovery: lock-step restarts, broken state, rebuilds
     _stats            per-worker statistics (stats()) and a process's resident memory
     _recycle          recycling: workers replaced between episodes (the front's Recycler)
-    _state            the front's call states (shared with its mixins)
+    _state            the front's call states and guard errors (shared with its components)
     _options          reset options: the reset(options=) forms, the mask, stored options
     _async            the front's asynchronous engine: async_reset/send/recv/drain
     _calls            the front's mixin: call, get_attr, set_attr, render
     _chunk_front      step_chunk's component of the front (action chunks run inside the units)
     _pickling         what travels by value to a worker or actor (cloudpickle, file names kept)
+    _setup            the front's construction: hellos, option checks, spaces, nest copies
     _front            the gymnasium VectorEnv contract over backends
     vector            SubprocVectorEnv: the process backend's public class
     proxy             remote(envs): attribute-style forwarding to any vector env's call()

@@ -12,17 +12,26 @@ is kept here, apart from the wait that found them, as CPython's process pool kee
   ``worker_restarted``. A failed call cannot be replayed (it may not be idempotent) and
   raises, the vector env staying usable. A replacement that cannot be built or reset within
   the bound breaks the vector env, and still counts against ``max_restarts``.
+
+:class:`Recovery` is the component the front owns for its lock-step calls: the restart-and-reset
+driver a failed step, reset or call goes through, the restarts a call leaves for the next step
+to report, the units a broken vector env has lost, and their rebuild by ``reset()``. It holds
+named references (the units, the policy, the reset options, the restart flags, the per-env
+observations) and reaches the front only through weak hooks.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
+
+import numpy as np
 
 from subvec._backend import Collected, Failure, Outcome, Unit
-from subvec._commands import ResetPayload
+from subvec._commands import ResetPayload, Status, raise_first
+from subvec._options import EnvOptions, EnvResetOptions, ResetRequest, unit_options
 from subvec._units import Units
 from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note, first_line
 
@@ -30,6 +39,7 @@ __all__ = [
     "BROKEN_ADVICE",
     "DEFAULT_MAX_RESTARTS",
     "FailurePolicy",
+    "Recovery",
     "RestartRecord",
     "Restarted",
 ]
@@ -163,3 +173,166 @@ class FailurePolicy:
             "the next step reports those envs truncated with infos['worker_restarted']",
         )
         return error
+
+
+class Recovery:
+    """The front's restarts of failed units in lock-step calls, what they leave to report,
+    and the rebuild of a broken vector env's lost units (see the module docstring).
+
+    The front keeps its call state: ``break_env`` is its hook (weak: this component is the
+    front's, and a cycle would delay freeing a dropped vector env).
+    """
+
+    def __init__(
+        self,
+        policy: FailurePolicy,
+        units: Units,
+        reset_options: EnvResetOptions,
+        env_obs: list[Any] | None,
+        *,
+        build_timeout: Callable[[float | None], float | None],
+        break_env: Callable[[Iterable[int], str], None],
+    ) -> None:
+        self._policy = policy
+        self._units = units
+        self._reset_options = reset_options
+        #: each env's by-value observation (None: observations are in the block)
+        self._env_obs = env_obs
+        self._build_timeout = build_timeout
+        self._break = break_env
+        #: units restarted during a call, by index: their reset's outcome, which the next
+        #: step reports instead of stepping them (or the next reset flags them)
+        self.pending: dict[int, Outcome] = {}
+        #: the units a broken vector env has lost, by index (``reset()`` rebuilds them)
+        self.broken_units: set[int] = set()
+        #: what broke the vector env, for the error every later call raises
+        self.broken_reason = ""
+        #: every unit ``reset()`` rebuilt after the vector env broke
+        self.rebuilds: list[RestartRecord] = []
+
+    def broke(self, units: Iterable[int], reason: str) -> None:
+        """The vector env broke, losing ``units`` (by index), for ``reason``."""
+        self.broken_units.update(units)
+        self.broken_reason = reason
+
+    def restart(
+        self, failures: list[Failure], timeout: float | None, request: ResetRequest | None
+    ) -> dict[int, Outcome]:
+        """Replace each failed unit and reset its envs: with the seeds and named options of
+        ``request`` (the reset that failed) or fresh entropy, and the options they stored;
+        the resets' outcomes by unit index.
+
+        Raises:
+            WorkerDiedError, WorkerTimeoutError, EnvError: a replacement could not be built
+                or reset; the vector env is broken (``reset()`` rebuilds the units it lost).
+        """
+
+        def seeds(unit: Unit) -> Sequence[int | None]:
+            if request is None:
+                return [None] * (unit.hi - unit.lo)
+            return request.seeds[unit.lo : unit.hi]
+
+        def named(unit: Unit) -> EnvOptions:
+            assert request is not None
+            return unit_options(request.options, unit)
+
+        outcomes: dict[int, Outcome] = {}
+        broke = False
+        try:
+            done = self._policy.restart(
+                self._units,
+                failures,
+                timeout,
+                self._build_timeout(timeout),
+                seeds,
+                self._reset_options.stored,
+                named if request is not None else None,
+                into=outcomes,
+            )
+            if done.error is not None:
+                broke = True
+                self._break(self._lost(failures, outcomes), done.reason)
+                raise done.error
+        except BaseException:
+            if not broke:  # interrupted (Ctrl-C) in the middle
+                reason = "interrupted while restarting " + failures[0].unit.describe()
+                self._break(self._lost(failures, outcomes), reason)
+            raise
+        return outcomes
+
+    @staticmethod
+    def _lost(failures: list[Failure], outcomes: dict[int, Outcome]) -> list[int]:
+        return [f.unit.index for f in failures if f.unit.index not in outcomes]
+
+    def hold(self, outcomes: dict[int, Outcome]) -> bool:
+        """Keep a failed call's restarted units' resets for the next step or reset to report
+        (their by-value observations shown from now on); whether any was kept."""
+        kept = False
+        for index, outcome in outcomes.items():
+            if outcome[0] is Status.ERROR:
+                continue
+            self.pending[index] = outcome
+            kept = True
+            if self._env_obs is not None and outcome[0] is Status.OK_PAYLOAD:
+                lo = self._units.unit(index).lo
+                for local, value in outcome[1].obs or ():
+                    self._env_obs[lo + local] = value  # what a reset or the next step shows
+        return kept
+
+    def raise_call_error(
+        self, failures: Sequence[Failure], timeout: float | None, outcomes: dict[int, Outcome]
+    ) -> NoReturn:
+        """Raise what a call met by a restart raises: the first env error of the
+        replacements' resets (noting the failure), else the failure's error."""
+        error = self._policy.call_error(failures, timeout)
+        env_errors = [outcome[1] for outcome in outcomes.values() if outcome[0] is Status.ERROR]
+        for env_error in env_errors:
+            add_note(env_error, f"while resetting the envs of a replacement: {error}")
+        raise_first(env_errors)
+        raise error
+
+    def take_pending(self, restarted: np.ndarray) -> dict[int, Outcome]:
+        """The units restarted during a call, now reported: their envs flagged in
+        ``restarted``; none pending after."""
+        pending, self.pending = self.pending, {}
+        for index in pending:
+            unit = self._units.unit(index)
+            restarted[unit.lo : unit.hi] = True
+        return pending
+
+    def rebuild(self, timeout: float | None) -> list[Unit]:
+        """Replace every unit a broken vector env lost (and any other whose process has
+        exited since), each built within ``timeout``. Not a restart under the failure policy:
+        each is recorded in ``rebuilds`` and none counts against ``max_restarts``.
+
+        Returns:
+            The new units (built, not reset).
+
+        Raises:
+            EnvError, WorkerDiedError, WorkerTimeoutError: a replacement failed to start; the
+                vector env stays broken.
+        """
+        reason = self.broken_reason
+        rebuilt: list[Unit] = []
+        for backend in self._units.backends:
+            dead = {u.index for u in backend.dead()}
+            for unit in list(backend.units):
+                if unit.index not in self.broken_units and unit.index not in dead:
+                    continue
+                self.broken_units.add(unit.index)  # until its replacement has started
+                try:
+                    new = self._units.replace(unit, timeout)
+                except Exception as exc:
+                    add_note(
+                        exc,
+                        f"rebuilding {unit.describe()} for reset() failed; the vector env "
+                        "stays broken: reset() again, or close() it",
+                    )
+                    raise
+                self.broken_units.discard(unit.index)
+                envs = tuple(range(new.lo, new.hi))
+                why = f"rebuilt by reset() after: {reason}"
+                self.rebuilds.append(RestartRecord(new.index, envs, why, time.monotonic()))
+                rebuilt.append(new)
+        self.broken_reason = ""
+        return rebuilt

@@ -9,10 +9,12 @@
 
 Its mixin adds calls and attributes (``_calls``); asynchronous stepping (``_async``),
 recycling (``_recycle``) and action chunks (``_chunk_front``) are components it owns, which
-hold no strong reference to it; reset options are checked and sliced per unit in ``_options``,
-and the call states are ``_state``. Its units and every replacement of
-one go through ``_units``; per-env results are read out of a unit's reply by ``_results``,
-for lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
+hold no strong reference to it, and so is the recovery from failed units in lock-step calls
+(``_failures.Recovery``: restarts, the broken state, rebuilds); reset options are checked and
+sliced per unit in ``_options``, and the call states are ``_state``. What it is built from
+(hellos, option checks, spaces) is ``_setup``. Its units and every replacement of one go
+through ``_units``; per-env results are read out of a unit's reply by ``_results``, for
+lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
 
 The front knows no pipes and no processes (tests/test_rooms.py holds it to that). Every
 fixed-size result of a call is already in the batch arrays when a unit answers (for the
@@ -25,20 +27,15 @@ the same over any set of backends.
 
 from __future__ import annotations
 
-import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
-from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
-from gymnasium import Env, Space, logger
+from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector.utils import (
-    batch_differing_spaces,
-    batch_space,
     concatenate,
     create_empty_array,
 )
@@ -51,19 +48,26 @@ from subvec._calls import EnvCalls, EnvIds
 from subvec._chunk_front import ChunkResults, ChunkStepper, PerUnit
 from subvec._commands import (
     Command,
-    ResetOptionsPayload,
-    ResetPayload,
     Status,
     StepPayload,
-    UnitReply,
     raise_first,
 )
-from subvec._failures import FailurePolicy, RestartRecord
+from subvec._failures import FailurePolicy, Recovery, RestartRecord
 from subvec._merge import InfoMerger, Part, make_merger
-from subvec._options import EnvOptions, EnvResetOptions, ResetOptions, ResetRequest, unit_options
+from subvec._options import EnvResetOptions, ResetOptions, ResetRequest
 from subvec._recycle import RecyclePolicy, Recycler, RssReader
-from subvec._results import with_final_obs
+from subvec._results import block_parts, final_obs_parts, split_batch
 from subvec._seeding import SeedArg
+from subvec._setup import (
+    EnvsHello,
+    ObservationMode,
+    batched_spaces,
+    check_batch_size,
+    check_info_format,
+    check_observation_mode,
+    copy_nest,
+    view_nest,
+)
 from subvec._spaces import (
     BY_VALUE,
     Stored,
@@ -71,20 +75,12 @@ from subvec._spaces import (
     per_env_actions,
     without_tensors,
 )
-from subvec._state import _ASYNC_NAME, _WAITING, _State, weak_method
+from subvec._state import _ASYNC_NAME, _WAITING, _State, pending_call, weak_method
 from subvec._units import Units
-from subvec.errors import BrokenVectorEnvError, add_note
+from subvec.errors import BrokenVectorEnvError
 from subvec.proxy import RemoteProxy
 
-__all__ = [
-    "EnvIds",
-    "EnvsHello",
-    "Hello",
-    "ObservationMode",
-    "ResetOptions",
-    "VectorFront",
-    "check_observation_mode",
-]
+__all__ = ["EnvIds", "ResetOptions", "VectorFront"]
 
 #: How long close() waits for workers to finish their envs' close() before escalating.
 DEFAULT_CLOSE_TIMEOUT = 10.0
@@ -92,117 +88,7 @@ DEFAULT_CLOSE_TIMEOUT = 10.0
 BROKEN_CLOSE_TIMEOUT = 2.0
 
 
-#: ``observation_mode``: ``"same"``, ``"different"`` or ``(observation_space, single_space)``
-ObservationMode = str | tuple[Space[Any], Space[Any]]
-
 _Front = TypeVar("_Front", bound="VectorFront")
-
-
-class EnvsHello(Protocol):
-    """What a unit says once its envs are built: each env's spaces, and its first env's
-    metadata and render mode (a worker's ``WorkerHello``, an actor's hello, the parent's own
-    envs described in place)."""
-
-    @property
-    def observation_spaces(self) -> Sequence[Space[Any]]: ...
-
-    @property
-    def action_spaces(self) -> Sequence[Space[Any]]: ...
-
-    @property
-    def metadata(self) -> Mapping[str, Any]: ...
-
-    @property
-    def render_mode(self) -> str | None: ...
-
-
-@dataclass(frozen=True)
-class Hello:
-    """An :class:`EnvsHello` made here: of envs at hand, or of an actor's hello mapping."""
-
-    observation_spaces: Sequence[Space[Any]]
-    action_spaces: Sequence[Space[Any]]
-    metadata: Mapping[str, Any]
-    render_mode: str | None
-
-    @classmethod
-    def of_envs(cls, envs: Sequence[Env[Any, Any]]) -> Hello:
-        """What a worker's hello would say of ``envs``."""
-        return cls(
-            [env.observation_space for env in envs],
-            [env.action_space for env in envs],
-            dict(envs[0].metadata),
-            envs[0].render_mode,
-        )
-
-    @classmethod
-    def of_mapping(cls, hello: Mapping[str, Any]) -> Hello:
-        """The same keys, in a mapping (a Ray actor's hello)."""
-        return cls(
-            hello["observation_spaces"],
-            hello["action_spaces"],
-            hello["metadata"],
-            hello["render_mode"],
-        )
-
-
-def check_observation_mode(mode: object) -> ObservationMode:
-    """``mode`` if it is a valid ``observation_mode`` (gymnasium's three forms).
-
-    Raises:
-        ValueError: neither ``"same"``, ``"different"`` nor a pair (gymnasium's wording, so
-            that code matching on it keeps working, then the expected form).
-        TypeError: a pair whose elements are not both spaces.
-    """
-    if isinstance(mode, tuple) and len(mode) == 2:
-        if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
-            raise TypeError(
-                "Expected both elements of observation_mode to be Spaces, "
-                f"got {type(mode[0])} and {type(mode[1])}"
-            )
-        return (mode[0], mode[1])
-    if isinstance(mode, str) and mode in ("same", "different"):
-        return mode
-    raise ValueError(
-        "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single "
-        f"and batch observation space, actual got {mode} (observation_mode must be "
-        "'same', 'different' or a tuple (observation_space, single_observation_space))"
-    )
-
-
-def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
-    """An ``AutoresetMode`` from itself, its value or its name, in any case."""
-    if isinstance(mode, AutoresetMode):
-        return mode
-    for member in AutoresetMode:
-        if mode in (member.value, member.name) or str(mode).lower() in (
-            member.value.lower(),
-            member.name.lower(),
-        ):
-            return member
-    raise ValueError(
-        f"autoreset_mode must be one of {[m.value for m in AutoresetMode]} or an AutoresetMode, "
-        f"got {mode!r}"
-    )
-
-
-def _copy_nest(obs: Any) -> Any:
-    if isinstance(obs, np.ndarray):
-        return obs.copy()
-    if isinstance(obs, dict):
-        return {k: _copy_nest(v) for k, v in obs.items()}
-    if isinstance(obs, tuple):
-        return tuple(_copy_nest(v) for v in obs)
-    return deepcopy(obs)
-
-
-def _view_nest(obs: Any) -> Any:
-    """A new view of each array of a batch in an observation slot (see _batch.ObsSlots)."""
-    if isinstance(obs, np.ndarray):
-        return obs.view()
-    if isinstance(obs, dict):
-        return {k: _view_nest(v) for k, v in obs.items()}
-    return tuple(_view_nest(v) for v in obs)
 
 
 class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
@@ -211,7 +97,6 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     :class:`~subvec._async.AsyncEngine`."""
 
     _state = _State.IDLE
-    _broken_reason = ""
 
     def _configure(
         self,
@@ -241,32 +126,11 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._policy = FailurePolicy(on_worker_failure, max_restarts)
         #: bound on building envs: at construction, and for a replacement (else the call's)
         self.start_timeout = start_timeout
-        self._rebuilds: list[RestartRecord] = []
         self.num_envs = num_envs
-        if batch_size is None:
-            batch_size = num_envs
-        if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= num_envs:
-            raise ValueError(
-                f"batch_size must be an int in [1, num_envs] = [1, {num_envs}] or None, "
-                f"got {batch_size!r}"
-            )
         #: how many envs ``recv()`` returns by default
-        self.batch_size = int(batch_size)
-        if info_format not in ("gymnasium", "legacy", "list"):
-            raise ValueError(
-                f"info_format must be 'gymnasium', 'legacy' or 'list', got {info_format!r}"
-            )
+        self.batch_size = check_batch_size(batch_size, num_envs)
+        self.autoreset_mode = check_info_format(info_format, autoreset_mode)
         self.info_format = info_format
-        if autoreset_mode is None:  # NEXT_STEP, gymnasium's; the legacy format's only mode
-            autoreset_mode = (
-                AutoresetMode.SAME_STEP if info_format == "legacy" else AutoresetMode.NEXT_STEP
-            )
-        self.autoreset_mode = parse_autoreset(autoreset_mode)
-        if info_format == "legacy" and self.autoreset_mode is not AutoresetMode.SAME_STEP:
-            raise ValueError(
-                "info_format='legacy' reproduces gymnasium 0.29, which reset envs in the same "
-                f"step; drop autoreset_mode={self.autoreset_mode.value!r} or pass SAME_STEP"
-            )
         self.copy = bool(copy)
         self.default_timeout = timeout
         #: ``"same"``, ``"different"`` or ``(observation_space, single_observation_space)``
@@ -296,39 +160,11 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     ) -> None:
         """The single and batched spaces (as ``observation_mode`` says), checked env by env
         against env 0's; ``obs_spaces`` and ``act_spaces`` hold every env's, in env order."""
-        self.single_action_space = act_spaces[0]
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        mode = self.observation_mode
-        if isinstance(mode, tuple):
-            self.observation_space, self.single_observation_space = mode
-        elif mode == "same":
-            self.single_observation_space = obs_spaces[0]
-            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        else:
-            self.single_observation_space = obs_spaces[0]
-            self.observation_space = batch_differing_spaces(obs_spaces)
-        name = type(self).__name__
-        for i, (obs_space, act_space) in enumerate(zip(obs_spaces, act_spaces)):
-            if mode == "same":
-                if obs_space != self.single_observation_space:
-                    raise RuntimeError(
-                        f"{name}(..., observation_mode='same') however some of the "
-                        f"sub-environments observation spaces are not equivalent: env {i} has "
-                        f"{obs_space} but env 0 has {self.single_observation_space}. If this is "
-                        "intentional, use `observation_mode='different'` instead."
-                    )
-            elif not is_space_dtype_shape_equiv(obs_space, self.single_observation_space):
-                raise RuntimeError(
-                    f"{name}(..., observation_mode='different' or custom space) however the "
-                    "sub-environment's observation spaces do not share a common shape and "
-                    f"dtype: env {i} has {obs_space}, env 0 has {self.single_observation_space}."
-                )
-            if act_space != self.single_action_space:
-                raise RuntimeError(
-                    "Some environments have an action space different from "
-                    f"`{self.single_action_space}`: env {i} has {act_space}. In order to batch "
-                    "actions, the action spaces from all environments must be equal."
-                )
+        spaces = batched_spaces(obs_spaces, act_spaces, self.observation_mode, type(self).__name__)
+        self.single_observation_space = spaces.single_observation_space
+        self.observation_space = spaces.observation_space
+        self.single_action_space = spaces.single_action_space
+        self.action_space = spaces.action_space
 
     def _start(self, backends: Sequence[Backend], batch: BatchViews, final_obs: bool) -> None:
         """Take the backends (in the order commands go out) and the batch arrays."""
@@ -369,17 +205,22 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._restarted = np.zeros(n, dtype=np.bool_)
         #: whether the restart bookkeeping has anything to do (the steady step checks only this)
         self._any_restarted = False
-        #: units restarted during a call, by index: their reset's outcome, which the next
-        #: step reports instead of stepping them (or the next reset flags them)
-        self._pending: dict[int, Outcome] = {}
-        #: units this step does not send to, and their answers (taken from ``_pending``)
+        #: units this step does not send to, and their answers (restarted during a call)
         self._answered: dict[int, Outcome] = {}
-        #: the units a broken vector env has lost, by index (``reset()`` rebuilds them)
-        self._broken_units: set[int] = set()
         #: the pending reset's seeds, mask and named options (a restart during it resets
         #: with them too)
         self._reset_request: ResetRequest | None = None
         self._env_obs: list[Any] = [None] * n
+        #: restarts in lock-step calls, what they leave to report, and rebuilds
+        self._recovery = Recovery(
+            self._policy,
+            self._units,
+            self._reset_options,
+            None if self._obs_shared else self._env_obs,
+            # weakly: the component is the front's, and a cycle would delay freeing it
+            build_timeout=weak_method(self._build_timeout),
+            break_env=weak_method(self._break),
+        )
         #: the pending call's env ids (None: every env) and the units it went to
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
@@ -473,7 +314,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     def rebuilds(self) -> list[RestartRecord]:
         """Every worker that ``reset()`` rebuilt after the vector env broke, oldest first (not
         restarts: they do not count against ``max_restarts``)."""
-        return self._rebuilds
+        return self._recovery.rebuilds
 
     def _build_timeout(self, timeout: float | None) -> float | None:
         """The bound on building a replacement's envs: ``start_timeout`` when given, else the
@@ -489,8 +330,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             )
         if self._state is _State.BROKEN:
             raise BrokenVectorEnvError(
-                f"the vector env is broken ({self._broken_reason}); reset() rebuilds the failed "
-                "workers and resets every env, or close() it"
+                f"the vector env is broken ({self._recovery.broken_reason}); reset() rebuilds "
+                "the failed workers and resets every env, or close() it"
             )
 
     def _begin(self, state: _State) -> None:
@@ -503,11 +344,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 str(self._state.value),
             )
         if self._state is not _State.IDLE:
-            raise AlreadyPendingCallError(
-                f"Calling `{_ASYNC_NAME[state]}` while waiting for a pending call to "
-                f"`{self._state.value}` to complete",
-                str(self._state.value),
-            )
+            raise pending_call(_ASYNC_NAME[state], self._state)
 
     def _begin_async(self, method: str) -> None:
         self._assert_is_running()
@@ -518,11 +355,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 "reset()/step(), or build the vector env without recycling"
             )
         if self._state not in (_State.IDLE, _State.ASYNC):
-            raise AlreadyPendingCallError(
-                f"Calling `{method}` while waiting for a pending call to "
-                f"`{self._state.value}` to complete",
-                str(self._state.value),
-            )
+            raise pending_call(method, self._state)
 
     def _finish(self, state: _State, method: str) -> None:
         self._assert_is_running()
@@ -595,7 +428,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         except KeyboardInterrupt:
             # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
             self._state = _State.IDLE
-            self._pending = {**answered, **self._pending}  # still to be reported
+            recovery = self._recovery
+            recovery.pending = {**answered, **recovery.pending}  # still to be reported
             raise
         got = [c for c in collected if c is not None]
         if not got and not answered:  # every unit said a plain OK
@@ -658,80 +492,32 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     def _break(self, units: Iterable[int], reason: str) -> None:
         """Broken: every call but ``close()`` and a rebuilding ``reset()`` raises."""
         self._state = _State.BROKEN
-        self._broken_units.update(units)
-        self._broken_reason = reason
+        self._recovery.broke(units, reason)
 
     def _recover(
         self, state: _State, failures: list[Failure], timeout: float | None
     ) -> dict[int, Outcome]:
-        """Replace each failed unit and reset its envs; for a step or reset, return that
-        reset's outcome as the unit's answer. The step then reports those envs truncated with
-        reward 0 and ``worker_restarted`` in their infos: nothing about the lost transition is
-        made up. A failed call cannot be replayed and raises; its restarted units are reset
-        all the same, and the next step reports them as a step's restart would.
-
-        A replacement that cannot be built (its factory raises, dies or hangs past the bound)
-        or reset breaks the vector env: the error says so, and ``reset()`` rebuilds the units
-        it lost.
+        """Replace each failed unit and reset its envs (``_failures.Recovery``); for a step or
+        reset, return that reset's outcome as the unit's answer. The step then reports those
+        envs truncated with reward 0 and ``worker_restarted`` in their infos: nothing about
+        the lost transition is made up. A failed call cannot be replayed and raises; its
+        restarted units are reset all the same, and the next step reports them as a step's
+        restart would. A replacement that cannot be built or reset breaks the vector env.
         """
-        request = self._reset_request if state is _State.WAITING_RESET else None
-
-        def seeds(unit: Unit) -> Sequence[int | None]:
-            if request is None:
-                return [None] * (unit.hi - unit.lo)
-            return request.seeds[unit.lo : unit.hi]
-
-        def named(unit: Unit) -> EnvOptions:
-            assert request is not None
-            return unit_options(request.options, unit)
-
         call = state is _State.WAITING_CALL
         if call and self._obs_slots is not None:
             self._fresh_obs_slot()  # the resets below must not write into the caller's batch
-        outcomes: dict[int, Outcome] = {}
-        try:
-            done = self._policy.restart(
-                self._units,
-                failures,
-                timeout,
-                self._build_timeout(timeout),
-                seeds,
-                self._reset_options.stored,
-                named if request is not None else None,
-                into=outcomes,
-            )
-            if done.error is not None:
-                lost = [f.unit.index for f in failures if f.unit.index not in outcomes]
-                self._break(lost, done.reason)
-                raise done.error
-        except BaseException:
-            if self._state is not _State.BROKEN:  # interrupted (Ctrl-C) in the middle
-                lost = [f.unit.index for f in failures if f.unit.index not in outcomes]
-                self._break(lost, "interrupted while restarting " + failures[0].unit.describe())
-            raise
+        request = self._reset_request if state is _State.WAITING_RESET else None
+        outcomes = self._recovery.restart(failures, timeout, request)
         if not call:
             for failure in failures:
                 self._restarted[failure.unit.lo : failure.unit.hi] = True
             self._any_restarted = True
             return outcomes
         self._state = _State.IDLE
-        error = self._policy.call_error(failures, timeout)
-        env_errors = []
-        for index, outcome in outcomes.items():
-            if outcome[0] is Status.ERROR:
-                env_errors.append(outcome[1])
-                continue
-            self._pending[index] = outcome
+        if self._recovery.hold(outcomes):
             self._any_restarted = True
-            if not self._obs_shared and outcome[0] is Status.OK_PAYLOAD:
-                lo = self._units.unit(index).lo
-                for local, value in outcome[1].obs or ():
-                    self._env_obs[lo + local] = value  # what a reset or the next step shows
-        if env_errors:
-            for env_error in env_errors:
-                add_note(env_error, f"while resetting the envs of a replacement: {error}")
-            raise_first(env_errors)
-        raise error
+        self._recovery.raise_call_error(failures, timeout, outcomes)
 
     # --- reset -------------------------------------------------------------------------------
 
@@ -787,73 +573,26 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         if not broken:
             self._begin(_State.WAITING_RESET)
         request = self._reset_options.request(seed, options)
+        if broken:
+            request.include(self._recovery.rebuild(self._build_timeout(self.default_timeout)))
+            self._state = _State.IDLE
         mask = request.mask
-        rebuilt = self._rebuild() if broken else []
-        if mask is not None:
-            for unit in rebuilt:
-                mask[unit.lo : unit.hi] = True  # fresh envs have no state to keep: reset them
         if self._recycler is not None:  # before the slot pick: the units change
             self._recycler.on_reset(request.seeds, mask, self.default_timeout)
         self._reset_request = request
-
-        def payload(unit: Unit) -> ResetPayload:
-            return request.payload(unit, self._reset_options.stored(unit))
-
         if self._any_restarted:
             self._restarted[:] = False
-            self._any_restarted = False
-        # Envs restarted during a call: this reset's infos flag them. (Rebuilt ones are not
-        # flagged: the caller saw the vector env break, and the result is a fresh env's.)
-        for unit in [self._units.unit(i) for i in self._pending]:
-            self._restarted[unit.lo : unit.hi] = True
-            self._any_restarted = True
-        self._pending = {}
+            # Envs restarted during a call: this reset's infos flag them. (Rebuilt ones are
+            # not flagged: the caller saw the vector env break, and the result is a fresh
+            # env's.)
+            self._any_restarted = bool(self._recovery.take_pending(self._restarted))
         if self._obs_slots is not None:
             if mask is None:
                 self._pick_obs_slot()
             else:
                 self._fresh_obs_slot()  # the envs not reset keep theirs
-        self._send(Command.RESET, per_unit=payload)
+        self._send(Command.RESET, per_unit=self._reset_options.payloads(request))
         self._state = _State.WAITING_RESET
-
-    def _rebuild(self) -> list[Unit]:
-        """Replace every unit a broken vector env lost (and any other whose process has
-        exited since), for :meth:`reset_async`. Not a restart under the failure policy: each
-        is recorded in ``rebuilds`` and none counts against ``max_restarts``.
-
-        Returns:
-            The new units (built, not reset).
-
-        Raises:
-            EnvError, WorkerDiedError, WorkerTimeoutError: a replacement failed to start; the
-                vector env stays broken.
-        """
-        timeout = self._build_timeout(self.default_timeout)
-        reason = self._broken_reason
-        rebuilt: list[Unit] = []
-        for backend in self._backends:
-            dead = {u.index for u in backend.dead()}
-            for unit in list(backend.units):
-                if unit.index not in self._broken_units and unit.index not in dead:
-                    continue
-                self._broken_units.add(unit.index)  # until its replacement has started
-                try:
-                    new = self._units.replace(unit, timeout)
-                except Exception as exc:
-                    add_note(
-                        exc,
-                        f"rebuilding {unit.describe()} for reset() failed; the vector env "
-                        "stays broken: reset() again, or close() it",
-                    )
-                    raise
-                self._broken_units.discard(unit.index)
-                envs = tuple(range(new.lo, new.hi))
-                why = f"rebuilt by reset() after: {reason}"
-                self._rebuilds.append(RestartRecord(new.index, envs, why, time.monotonic()))
-                rebuilt.append(new)
-        self._state = _State.IDLE
-        self._broken_reason = ""
-        return rebuilt
 
     def set_reset_options(
         self,
@@ -885,12 +624,9 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         if not ids:
             return
         targets = self._by_unit(ids)
-
-        def payload(unit: Unit) -> ResetOptionsPayload:
-            return self._reset_options.store_payload(unit, targets[unit.index])
-
+        payloads = self._reset_options.store_payloads(targets)
         only = frozenset(targets)
-        self._send(Command.SET_RESET_OPTIONS, per_unit=payload, only=only)
+        self._send(Command.SET_RESET_OPTIONS, per_unit=payloads, only=only)
         self._state = _State.WAITING_CALL
         self._collect(_State.WAITING_CALL, None, only)
 
@@ -920,12 +656,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._finish(_State.WAITING_RESET, "reset_wait")
         parts = self._collect(_State.WAITING_RESET, timeout)
         assert self._reset_request is not None
-        mask = self._reset_request.mask
+        self._reset_request.done(self._needs_reset)
         self._reset_request = None
-        if mask is None:
-            self._needs_reset[:] = False
-        else:
-            self._needs_reset[mask] = False
         return self._observations_out(parts), self._merge_infos(parts)
 
     # --- step --------------------------------------------------------------------------------
@@ -1032,15 +764,11 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         restart bookkeeping, and the observation slot it writes."""
         if self._any_restarted:
             self._restarted[:] = False
-            self._any_restarted = False
             # Units restarted during a call were reset then: this step reports that reset for
             # them (truncated, worker_restarted), as a restart during a step does, and does
             # not step them.
-            self._answered, self._pending = self._pending, {}
-            for index in self._answered:
-                unit = self._units.unit(index)
-                self._restarted[unit.lo : unit.hi] = True
-                self._any_restarted = True
+            self._answered = self._recovery.take_pending(self._restarted)
+            self._any_restarted = bool(self._answered)
         if self._obs_slots is not None:  # only now: nothing was refused
             if self._answered:
                 self._fresh_obs_slot([self._units.unit(i) for i in self._answered])
@@ -1078,8 +806,11 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         if recycler is not None:
             restarted = self._restarted if self._any_restarted else None
             recycler.count_episodes(self._rewards, self._terminations, self._truncations, restarted)
-        if self._final_in_block:
-            parts = self._with_final_obs(parts)
+        if self._final_in_block and self._any_ended():  # the final events, in their places
+            assert self._final_obs_rows is not None
+            ended = self._terminations | self._truncations
+            restarted = self._restarted if self._any_restarted else None
+            parts = final_obs_parts(parts, self._units.all, ended, restarted, self._final_obs_rows)
         if recycler is not None:
             parts = recycler.same_step(
                 parts, self._terminations, self._truncations, self.default_timeout
@@ -1308,37 +1039,9 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         ~1.4 us for 16 envs, twice a SAME_STEP step, on the partner's CPU)."""
         return bool(np.count_nonzero(self._terminations) or np.count_nonzero(self._truncations))
 
-    def _with_final_obs(self, parts: Sequence[Part]) -> Sequence[Part]:
-        """SAME_STEP with final observations kept in the block: each ended env's final event,
-        with its observation copied out of the block, in the place SyncVectorEnv gives it
-        (after the events of the envs before it, before its own reset info). Units leave
-        the event out when the final info is empty, and send a stand-in for the observation
-        otherwise; an env ended by a worker restart has no final observation."""
-        if not self._any_ended():
-            return parts  # no final event, so no stand-in either
-        ended_mask = self._terminations | self._truncations
-        if self._any_restarted:
-            ended_mask &= ~self._restarted
-        ended = np.flatnonzero(ended_mask).tolist()
-        if not ended:
-            return parts
-        rows = self._final_obs_rows
-        assert rows is not None
-        return with_final_obs(parts, self._units.all, ended, rows)
-
     def _block_parts(self, units: Iterable[Unit]) -> list[Part]:
-        """The parts of those ``units`` that answered a step with a plain OK and left their
-        infos in the block (as the columns they would have sent)."""
-        info_block = self._info_block
-        if info_block is None:
-            return []
-        parts = []
-        for unit in units:
-            if unit.index in self._info_units:
-                columns = info_block.columns(unit)
-                if columns is not None:
-                    parts.append((unit.lo, UnitReply(columns, None)))
-        return parts
+        """The parts of those ``units`` that left their step's infos in the block."""
+        return block_parts(units, self._info_units, self._info_block)
 
     def _observations_out(self, parts: Sequence[Part]) -> Any:
         if not self._obs_shared:
@@ -1354,33 +1057,22 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             return deepcopy(self._observations) if self.copy else self._observations
         if self._obs_slot:  # the caller's own batch (see _batch.ObsSlots)
             obs = self._observations
-            return obs.view() if type(obs) is np.ndarray else _view_nest(obs)
-        return _copy_nest(self._observations) if self.copy else self._observations
+            return obs.view() if type(obs) is np.ndarray else view_nest(obs)
+        return copy_nest(self._observations) if self.copy else self._observations
 
     def _split_out(self) -> Any:
-        """A split nest's batch: its fixed-size leaves from the block (copied, or views of an
-        observation slot) and its other leaves batched with gymnasium's ``concatenate``
-        (and deep-copied with ``copy=True``), as SyncVectorEnv batches the whole nest."""
-        split = self._obs_split
-        assert split is not None
-        loose = split.loose_batches(self._env_obs, self._loose_out)
-        slot = self._obs_slot
-        if slot:  # the caller's own batch (see _batch.ObsSlots)
-            assert self._obs_slots is not None
-            fixed = [leaf.view() for leaf in self._obs_slots.leaves[slot]]
-        else:
-            fixed = self._obs_fixed_now()
-            if self.copy:
-                fixed = [leaf.copy() for leaf in fixed]
-        if self.copy:
-            loose = deepcopy(loose)
-        return split.build(fixed, loose)
-
-    def _obs_fixed_now(self) -> list[np.ndarray]:
-        """A split nest's fixed-size leaves in the batch the units write now."""
-        if self._obs_slots is not None:
-            return self._obs_slots.leaves[self._obs_slot]
-        return self._obs_fixed
+        """A split nest's batch (``_results.split_batch``) from the batch the units write."""
+        assert self._obs_split is not None
+        slots, slot = self._obs_slots, self._obs_slot
+        fixed = self._obs_fixed if slots is None else slots.leaves[slot]
+        return split_batch(
+            self._obs_split,
+            self._env_obs,
+            self._loose_out,
+            fixed,
+            in_slot=bool(slot),
+            copy=self.copy,
+        )
 
     def _merge_infos(self, parts: Sequence[Part]) -> Any:
         """Merge the info events in env order, as SyncVectorEnv would."""

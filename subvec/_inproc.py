@@ -22,8 +22,9 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._block import bind_batch, plan_block
 from subvec._chunks import BlockRooms
-from subvec._front import Hello, ObservationMode, VectorFront
+from subvec._front import VectorFront
 from subvec._local import LocalShare
+from subvec._setup import Hello, ObservationMode
 from subvec._shm import BlockLayout, layout_views
 
 __all__ = ["InProcessVectorEnv"]

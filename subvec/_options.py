@@ -10,7 +10,7 @@ collects; this module only checks and slices.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,20 @@ class ResetRequest:
         """The envs of ``unit`` this reset resets."""
         mask = self.mask
         return [e for e in range(unit.lo, unit.hi) if mask is None or mask[e]]
+
+    def include(self, units: Iterable[Unit]) -> None:
+        """Reset ``units``' envs too, whatever the mask says (rebuilt units: fresh envs have
+        no state to keep)."""
+        if self.mask is not None:
+            for unit in units:
+                self.mask[unit.lo : unit.hi] = True
+
+    def done(self, needs_reset: np.ndarray) -> None:
+        """The reset is over: the envs it reset no longer need one (``needs_reset``)."""
+        if self.mask is None:
+            needs_reset[:] = False
+        else:
+            needs_reset[self.mask] = False
 
     def payload(self, unit: Unit, stored: Sequence[dict[str, Any] | None] | None) -> ResetPayload:
         """``unit``'s RESET payload; ``stored``: its envs' stored options, which go along
@@ -158,6 +172,16 @@ class EnvResetOptions:
     def store_payload(self, unit: Unit, envs: Sequence[int]) -> ResetOptionsPayload:
         """``unit``'s SET_RESET_OPTIONS payload: what ``envs`` (global indices) have stored."""
         return ResetOptionsPayload([e - unit.lo for e in envs], [self.per_env[e] for e in envs])
+
+    def store_payloads(
+        self, targets: Mapping[int, Sequence[int]]
+    ) -> Callable[[Unit], ResetOptionsPayload]:
+        """Each unit's SET_RESET_OPTIONS payload, for ``targets`` (unit index -> its envs)."""
+        return lambda unit: self.store_payload(unit, targets[unit.index])
+
+    def payloads(self, request: ResetRequest) -> Callable[[Unit], ResetPayload]:
+        """Each unit's RESET payload for ``request``, with what its envs have stored."""
+        return lambda unit: request.payload(unit, self.stored(unit))
 
     def checked_mask(self, reset_mask: Any) -> np.ndarray:
         """``options["reset_mask"]`` checked (gymnasium's messages), as a copy.

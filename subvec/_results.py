@@ -4,21 +4,36 @@ A unit answers with a :class:`~subvec._commands.UnitReply` (local env indices); 
 read it here: its info events and by-value observations keyed by global env, and the
 final-observation event of an env that ended with SAME_STEP and its final observation in the
 block (left implicit by the unit when the final info is empty, or carrying a stand-in).
+
+For lock-step results off the steady path it also gives the parts of units that left their
+infos in the block (:func:`block_parts`), a step's parts with the final events
+(:func:`final_obs_parts`), and a split nest's batch (:func:`split_batch`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from copy import deepcopy
 from typing import Any
 
 import numpy as np
 
 from subvec._backend import Unit
 from subvec._commands import UnitReply
-from subvec._infos import as_events
+from subvec._infos import InfoBlockReader, as_events
 from subvec._slab import FinalObsInBlock
+from subvec._spaces import ObsSplit
 
-__all__ = ["events_by_env", "final_event", "obs_by_env", "with_final_event", "with_final_obs"]
+__all__ = [
+    "block_parts",
+    "events_by_env",
+    "final_event",
+    "final_obs_parts",
+    "obs_by_env",
+    "split_batch",
+    "with_final_event",
+    "with_final_obs",
+]
 
 
 def events_by_env(lo: int, reply: UnitReply | None) -> dict[int, list[dict[str, Any]]]:
@@ -83,3 +98,62 @@ def with_final_obs(
         events = [(env - lo, info) for env in sorted(by_env) for info in by_env[env]]
         out.append((lo, UnitReply(events, data.obs if data is not None else None)))
     return out
+
+
+def final_obs_parts(
+    parts: Sequence[tuple[int, Any]],
+    units: Iterable[Unit],
+    ended: np.ndarray,
+    restarted: np.ndarray | None,
+    rows: np.ndarray,
+) -> Sequence[tuple[int, Any]]:
+    """SAME_STEP with final observations kept in the block: a lock-step step's parts with
+    each ended env's final event (:func:`with_final_obs`). ``ended``: the envs that
+    terminated or truncated (a new mask); ``restarted``: those a worker restart ended, which
+    have no final observation (None: none)."""
+    if restarted is not None:
+        ended &= ~restarted
+    envs = np.flatnonzero(ended).tolist()
+    if not envs:
+        return parts
+    return with_final_obs(parts, units, envs, rows)
+
+
+def block_parts(
+    units: Iterable[Unit], info_units: Collection[int], info_block: InfoBlockReader | None
+) -> list[tuple[int, Any]]:
+    """The parts of those ``units`` that answered a step with a plain OK and left their
+    infos in the block (as the columns they would have sent); ``info_units``: the indices of
+    the units that write infos there."""
+    if info_block is None:
+        return []
+    parts: list[tuple[int, Any]] = []
+    for unit in units:
+        if unit.index in info_units:
+            columns = info_block.columns(unit)
+            if columns is not None:
+                parts.append((unit.lo, UnitReply(columns, None)))
+    return parts
+
+
+def split_batch(
+    split: ObsSplit,
+    env_obs: Sequence[Any],
+    loose_out: Sequence[Any],
+    fixed: list[np.ndarray],
+    *,
+    in_slot: bool,
+    copy: bool,
+) -> Any:
+    """A split nest's batch: its fixed-size leaves from the block (``fixed``: views of the
+    caller's observation slot when ``in_slot``, else copied with ``copy=True``) and its other
+    leaves batched with gymnasium's ``concatenate`` from ``env_obs`` into ``loose_out`` (and
+    deep-copied with ``copy=True``), as SyncVectorEnv batches the whole nest."""
+    loose = split.loose_batches(env_obs, loose_out)
+    if in_slot:
+        fixed = [leaf.view() for leaf in fixed]
+    elif copy:
+        fixed = [leaf.copy() for leaf in fixed]
+    if copy:
+        loose = deepcopy(loose)
+    return split.build(fixed, loose)

@@ -8,7 +8,9 @@ import weakref
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-__all__ = ["_ASYNC_NAME", "_WAITING", "_State", "weak_method"]
+from gymnasium.error import AlreadyPendingCallError
+
+__all__ = ["_ASYNC_NAME", "_WAITING", "_State", "pending_call", "weak_method"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -31,6 +33,15 @@ _ASYNC_NAME = {
     _State.WAITING_CALL: "call_async",
     _State.WAITING_CHUNK: "step_chunk",
 }
+
+
+def pending_call(method: str, state: _State) -> AlreadyPendingCallError:
+    """The error of calling ``method`` while the call of ``state`` is pending (gymnasium's
+    wording and argument)."""
+    return AlreadyPendingCallError(
+        f"Calling `{method}` while waiting for a pending call to `{state.value}` to complete",
+        str(state.value),
+    )
 
 
 def weak_method(method: Callable[_P, _R]) -> Callable[_P, _R]:

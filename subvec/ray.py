@@ -40,7 +40,7 @@ from subvec import _spaces
 from subvec._batch import BatchViews
 from subvec._bootstrap import registry_snapshot
 from subvec._failures import DEFAULT_MAX_RESTARTS, RestartRecord
-from subvec._front import Hello, ObservationMode, VectorFront
+from subvec._front import VectorFront
 from subvec._gpus import WorkerEnvSpec, check_worker_env
 from subvec._pickling import pickle_factories
 from subvec._plan import check_max_concurrency, split
@@ -54,6 +54,7 @@ from subvec._ray import (
     alive_nodes,
     release,
 )
+from subvec._setup import Hello, ObservationMode
 from subvec._starts import check_build_retries
 from subvec.errors import PlacementError
 

@@ -38,7 +38,7 @@ from subvec._bootstrap import registry_snapshot
 from subvec._chunks import BlockRooms
 from subvec._commands import Command, StepEnvsPayload
 from subvec._failures import DEFAULT_MAX_RESTARTS
-from subvec._front import EnvsHello, Hello, ObservationMode, VectorFront
+from subvec._front import VectorFront
 from subvec._gpus import GpuSpec, WorkerEnvSpec, check_worker_env, resolve_gpus
 from subvec._local import LocalShare
 from subvec._merge import Part
@@ -53,6 +53,7 @@ from subvec._plan import (
 from subvec._pool import WorkerPool
 from subvec._pool_workers import PoolResources, release
 from subvec._recycle import RecyclePolicy
+from subvec._setup import EnvsHello, Hello, ObservationMode
 from subvec._shm import BlockLayout, SharedBlock
 from subvec._starts import BuildFailure, check_build_retries, check_max_concurrent_starts
 from subvec._state import _WAITING, _State

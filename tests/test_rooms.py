@@ -33,6 +33,7 @@ FRONT = (
     "subvec._state",
     "subvec._results",
     "subvec._failures",
+    "subvec._setup",
 )
 #: What the front may not import: the process backend, Ray, and what they stand on.
 NOT_FOR_THE_FRONT = (

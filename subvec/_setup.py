@@ -1,0 +1,249 @@
+"""What the front is built from: the units' hellos, the checked options every backend shares,
+and the spaces they make.
+
+A unit says once what its envs are (:class:`EnvsHello`: a worker's ``WorkerHello``, a Ray
+actor's hello mapping, the parent's own envs described in place by :class:`Hello`); the front
+takes the spaces and metadata from those hellos (:func:`batched_spaces` checks every env's
+against env 0's, as gymnasium's vector envs do). The option checks here run before any backend
+starts. The nest copy and view helpers serve the front's observations out of the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from copy import deepcopy
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from gymnasium import Env, Space
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
+from gymnasium.vector.vector_env import AutoresetMode
+
+__all__ = [
+    "EnvsHello",
+    "Hello",
+    "ObservationMode",
+    "Spaces",
+    "batched_spaces",
+    "check_batch_size",
+    "check_info_format",
+    "check_observation_mode",
+    "copy_nest",
+    "parse_autoreset",
+    "view_nest",
+]
+
+#: ``observation_mode``: ``"same"``, ``"different"`` or ``(observation_space, single_space)``
+ObservationMode = str | tuple[Space[Any], Space[Any]]
+
+
+class EnvsHello(Protocol):
+    """What a unit says once its envs are built: each env's spaces, and its first env's
+    metadata and render mode (a worker's ``WorkerHello``, an actor's hello, the parent's own
+    envs described in place)."""
+
+    @property
+    def observation_spaces(self) -> Sequence[Space[Any]]: ...
+
+    @property
+    def action_spaces(self) -> Sequence[Space[Any]]: ...
+
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
+
+    @property
+    def render_mode(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Hello:
+    """An :class:`EnvsHello` made here: of envs at hand, or of an actor's hello mapping."""
+
+    observation_spaces: Sequence[Space[Any]]
+    action_spaces: Sequence[Space[Any]]
+    metadata: Mapping[str, Any]
+    render_mode: str | None
+
+    @classmethod
+    def of_envs(cls, envs: Sequence[Env[Any, Any]]) -> Hello:
+        """What a worker's hello would say of ``envs``."""
+        return cls(
+            [env.observation_space for env in envs],
+            [env.action_space for env in envs],
+            dict(envs[0].metadata),
+            envs[0].render_mode,
+        )
+
+    @classmethod
+    def of_mapping(cls, hello: Mapping[str, Any]) -> Hello:
+        """The same keys, in a mapping (a Ray actor's hello)."""
+        return cls(
+            hello["observation_spaces"],
+            hello["action_spaces"],
+            hello["metadata"],
+            hello["render_mode"],
+        )
+
+
+def check_observation_mode(mode: object) -> ObservationMode:
+    """``mode`` if it is a valid ``observation_mode`` (gymnasium's three forms).
+
+    Raises:
+        ValueError: neither ``"same"``, ``"different"`` nor a pair (gymnasium's wording, so
+            that code matching on it keeps working, then the expected form).
+        TypeError: a pair whose elements are not both spaces.
+    """
+    if isinstance(mode, tuple) and len(mode) == 2:
+        if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
+            raise TypeError(
+                "Expected both elements of observation_mode to be Spaces, "
+                f"got {type(mode[0])} and {type(mode[1])}"
+            )
+        return (mode[0], mode[1])
+    if isinstance(mode, str) and mode in ("same", "different"):
+        return mode
+    raise ValueError(
+        "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single "
+        f"and batch observation space, actual got {mode} (observation_mode must be "
+        "'same', 'different' or a tuple (observation_space, single_observation_space))"
+    )
+
+
+def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
+    """An ``AutoresetMode`` from itself, its value or its name, in any case."""
+    if isinstance(mode, AutoresetMode):
+        return mode
+    for member in AutoresetMode:
+        if mode in (member.value, member.name) or str(mode).lower() in (
+            member.value.lower(),
+            member.name.lower(),
+        ):
+            return member
+    raise ValueError(
+        f"autoreset_mode must be one of {[m.value for m in AutoresetMode]} or an AutoresetMode, "
+        f"got {mode!r}"
+    )
+
+
+def check_info_format(
+    info_format: str, autoreset_mode: str | AutoresetMode | None
+) -> AutoresetMode:
+    """The autoreset mode for ``info_format`` (None: NEXT_STEP, gymnasium's; SAME_STEP, the
+    legacy format's only mode).
+
+    Raises:
+        ValueError: an unknown info format or autoreset mode, or the legacy format with
+            another mode than SAME_STEP.
+    """
+    if info_format not in ("gymnasium", "legacy", "list"):
+        raise ValueError(
+            f"info_format must be 'gymnasium', 'legacy' or 'list', got {info_format!r}"
+        )
+    if autoreset_mode is None:
+        autoreset_mode = (
+            AutoresetMode.SAME_STEP if info_format == "legacy" else AutoresetMode.NEXT_STEP
+        )
+    mode = parse_autoreset(autoreset_mode)
+    if info_format == "legacy" and mode is not AutoresetMode.SAME_STEP:
+        raise ValueError(
+            "info_format='legacy' reproduces gymnasium 0.29, which reset envs in the same "
+            f"step; drop autoreset_mode={mode.value!r} or pass SAME_STEP"
+        )
+    return mode
+
+
+def check_batch_size(batch_size: int | None, num_envs: int) -> int:
+    """How many envs ``recv()`` returns by default (None: every env).
+
+    Raises:
+        ValueError: not an int in ``[1, num_envs]``.
+    """
+    if batch_size is None:
+        return num_envs
+    if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= num_envs:
+        raise ValueError(
+            f"batch_size must be an int in [1, num_envs] = [1, {num_envs}] or None, "
+            f"got {batch_size!r}"
+        )
+    return int(batch_size)
+
+
+@dataclass(frozen=True)
+class Spaces:
+    """A vector env's spaces: single and batched."""
+
+    single_observation_space: Space[Any]
+    observation_space: Space[Any]
+    single_action_space: Space[Any]
+    action_space: Space[Any]
+
+
+def batched_spaces(
+    obs_spaces: Sequence[Space[Any]],
+    act_spaces: Sequence[Space[Any]],
+    mode: ObservationMode,
+    name: str,
+) -> Spaces:
+    """The single and batched spaces (as ``observation_mode`` says), checked env by env
+    against env 0's; ``obs_spaces`` and ``act_spaces`` hold every env's, in env order;
+    ``name``: the vector env's class, for the errors.
+
+    Raises:
+        RuntimeError: an env's spaces differ from env 0's where they may not (gymnasium's
+            wording, naming the env).
+    """
+    num_envs = len(obs_spaces)
+    single_action_space = act_spaces[0]
+    action_space = batch_space(single_action_space, num_envs)
+    if isinstance(mode, tuple):
+        observation_space, single_observation_space = mode
+    elif mode == "same":
+        single_observation_space = obs_spaces[0]
+        observation_space = batch_space(single_observation_space, num_envs)
+    else:
+        single_observation_space = obs_spaces[0]
+        observation_space = batch_differing_spaces(obs_spaces)
+    for i, (obs_space, act_space) in enumerate(zip(obs_spaces, act_spaces)):
+        if mode == "same":
+            if obs_space != single_observation_space:
+                raise RuntimeError(
+                    f"{name}(..., observation_mode='same') however some of the "
+                    f"sub-environments observation spaces are not equivalent: env {i} has "
+                    f"{obs_space} but env 0 has {single_observation_space}. If this is "
+                    "intentional, use `observation_mode='different'` instead."
+                )
+        elif not is_space_dtype_shape_equiv(obs_space, single_observation_space):
+            raise RuntimeError(
+                f"{name}(..., observation_mode='different' or custom space) however the "
+                "sub-environment's observation spaces do not share a common shape and "
+                f"dtype: env {i} has {obs_space}, env 0 has {single_observation_space}."
+            )
+        if act_space != single_action_space:
+            raise RuntimeError(
+                "Some environments have an action space different from "
+                f"`{single_action_space}`: env {i} has {act_space}. In order to batch "
+                "actions, the action spaces from all environments must be equal."
+            )
+    return Spaces(single_observation_space, observation_space, single_action_space, action_space)
+
+
+def copy_nest(obs: Any) -> Any:
+    """A copy of a batch of observations: each array copied, anything else deep-copied."""
+    if isinstance(obs, np.ndarray):
+        return obs.copy()
+    if isinstance(obs, dict):
+        return {k: copy_nest(v) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(copy_nest(v) for v in obs)
+    return deepcopy(obs)
+
+
+def view_nest(obs: Any) -> Any:
+    """A new view of each array of a batch in an observation slot (see _batch.ObsSlots)."""
+    if isinstance(obs, np.ndarray):
+        return obs.view()
+    if isinstance(obs, dict):
+        return {k: view_nest(v) for k, v in obs.items()}
+    return tuple(view_nest(v) for v in obs)
