@@ -54,6 +54,7 @@ __all__ = [
     "capacity_for",
     "plan_chunk_block",
     "run_chunk",
+    "scalar_rows",
 ]
 
 #: The chunk block holds at least this many sub-steps per env.
@@ -346,9 +347,12 @@ def run_chunk(slab: EnvSlab, payload: StepEnvsPayload, views: ChunkViews) -> Chu
     out = views.rows(lo, hi, chunk, payload.all_obs)
     if payload.actions is None:  # in the chunk block
         read = views.reader(lo, hi, chunk)
+        leaves = [leaf[lo:hi] for leaf in views.actions(chunk)]
+        space = views.action_space
     else:
         space = slab.envs[0].action_space
-        read = _spaces.chunk_reader(space, _spaces.ChunkBatch(chunk, tuple(payload.actions)))
+        leaves = list(payload.actions)
+        read = _spaces.chunk_reader(space, _spaces.ChunkBatch(chunk, tuple(leaves)))
     envs = payload.envs
     return slab.step_chunk(
         out,
@@ -357,4 +361,17 @@ def run_chunk(slab: EnvSlab, payload: StepEnvsPayload, views: ChunkViews) -> Chu
         stop_on_done=payload.stop_on_done,
         all_obs=payload.all_obs,
         envs=None if len(envs) == hi - lo else envs,
+        env_actions=scalar_rows(space, leaves),
     )
+
+
+def scalar_rows(space: Space[Any] | None, leaves: list[np.ndarray]) -> Callable[[int], Any] | None:
+    """For a space whose action is one numpy scalar (Discrete): ``rows(i)``, env ``i``'s K
+    actions as a row whose items are the numpy scalars ``read(i, k)`` gives (indexing one
+    row per sub-step is cheaper than a call); None for any other space."""
+    if space is None or len(leaves) != 1 or leaves[0].ndim != 2:
+        return None
+    specs = _spaces.leaf_specs(space)
+    if len(specs) != 1 or specs[0].path or specs[0].shape:
+        return None
+    return leaves[0].__getitem__

@@ -14,9 +14,10 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from subvec._chunks import scalar_rows
 from subvec._merge import merge_chunk_infos
 from subvec._slab import ChunkArrays, EnvSlab, SlabArrays
-from subvec._spaces import ChunkBatch, chunk_actions, chunk_reader
+from subvec._spaces import ChunkBatch, chunk_actions, chunk_reader, row_reader
 from tests.chunks import Oracle, check_chunk, sample_chunks
 from tests.envs import CrashEnv, ZooEnv
 
@@ -74,8 +75,14 @@ class ChunkHarness:
         )
         self.last.clear()
         self.sub.clear()
+        # As a unit runs it: a Discrete env's actions read a row at a time
         result = self.slab.step_chunk(
-            out, chunk_reader(self.space, batch), k, stop_on_done=stop_on_done, all_obs=all_obs
+            out,
+            chunk_reader(self.space, batch),
+            k,
+            stop_on_done=stop_on_done,
+            all_obs=all_obs,
+            env_actions=scalar_rows(self.space, list(batch.leaves)),
         )
         if all_obs:
             if not self.sub_writer:
@@ -233,6 +240,108 @@ def test_same_step_final_obs_is_a_snapshot() -> None:
     # episodes of 2 steps end at sub-steps 1 and 3, each seen at t = 2, not at the reset's 0
     assert [k for k, _ in finals] == [1, 3] and out.truncations.tolist() == [[0, 1, 0, 1]]
     assert all(obs[0, 0] == 2.0 and obs is not h.slab.envs[0].buffer for _, obs in finals)
+
+
+class ScriptedEnv(gym.Env[np.ndarray, Any]):
+    """Returns the scripted ``(reward, terminated, truncated)`` of each step and keeps the
+    actions it was handed."""
+
+    observation_space = spaces.Box(0, 1, shape=(2,), dtype=np.float32)
+    action_space = spaces.Discrete(3)
+
+    def __init__(self, script: list[tuple[Any, Any, Any]]) -> None:
+        self.script = script
+        self.t = 0
+        self.actions: list[Any] = []
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        self.actions.append(action)
+        reward, terminated, truncated = self.script[self.t % len(self.script)]
+        self.t += 1
+        return np.zeros(2, dtype=np.float32), reward, terminated, truncated, {}
+
+
+def _chunk_out(n: int, k: int) -> ChunkArrays:
+    return ChunkArrays(
+        rewards=np.full((n, k), 7.0),
+        terminations=np.ones((n, k), dtype=np.bool_),
+        truncations=np.ones((n, k), dtype=np.bool_),
+        steps=np.zeros(n, dtype=np.int64),
+    )
+
+
+def test_rewards_and_flags_are_stored_as_a_step_stores_them() -> None:
+    """Values numpy converts (None, a string, numpy scalars, ints, a truthy string) land
+    as ``EnvSlab.step`` puts them in its arrays; one numpy cannot store names the reward."""
+    script = [
+        (None, False, np.False_),
+        ("0.5", 0, "x"),
+        (np.float32(0.25), np.True_, False),
+        (3, False, 1),
+    ]
+    stepped = EnvSlab([ScriptedEnv(script)], 0, AutoresetMode.SAME_STEP)
+    rows = SlabArrays(np.zeros(1), np.zeros(1, dtype=np.bool_), np.zeros(1, dtype=np.bool_))
+    stepped.bind(rows)
+    want = []
+    for _ in script:
+        stepped.step([np.int64(0)])
+        want.append((rows.rewards[0], rows.terminations[0], rows.truncations[0]))
+    chunked = EnvSlab([ScriptedEnv(script)], 0, AutoresetMode.SAME_STEP)
+    chunked.bind(SlabArrays(np.zeros(1), np.zeros(1, dtype=np.bool_), np.zeros(1, np.bool_)))
+    out = _chunk_out(1, 4)
+    actions = np.zeros((1, 4), dtype=np.int64)
+    chunked.step_chunk(out, lambda i, k: actions[i, k], 4)
+    got = list(zip(out.rewards[0], out.terminations[0], out.truncations[0]))
+    assert repr(got) == repr(want)  # (nan == nan is False)
+    assert np.isnan(out.rewards[0, 0]) and out.rewards[0, 1] == 0.5
+
+    bad = EnvSlab([ScriptedEnv([(np.ones(2), False, False)])], 0, AutoresetMode.NEXT_STEP)
+    bad.bind(SlabArrays(np.zeros(1), np.zeros(1, dtype=np.bool_), np.zeros(1, np.bool_)))
+    with pytest.raises(ValueError, match=r"step returned reward as an array of shape \(2,\)"):
+        bad.step_chunk(_chunk_out(1, 2), lambda i, k: actions[i, k], 2)
+    assert bad.current_substep == 0
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
+def test_discrete_actions_reach_the_env_as_step_hands_them(dtype: Any) -> None:
+    """The row a unit reads a Discrete env's chunk from hands over what ``step()`` would:
+    a numpy scalar of the batch's dtype, the same value."""
+    script = [(1.0, False, False)]
+    actions = np.arange(2 * 5, dtype=dtype).reshape(2, 5) % 3
+    chunked = EnvSlab([ScriptedEnv(script) for _ in range(2)], 0, AutoresetMode.NEXT_STEP)
+    chunked.bind(SlabArrays(np.zeros(2), np.zeros(2, dtype=np.bool_), np.zeros(2, np.bool_)))
+    space = chunked.envs[0].action_space
+    rows = scalar_rows(space, [actions])
+    assert rows is not None
+    chunked.step_chunk(
+        _chunk_out(2, 5), chunk_reader(space, ChunkBatch(5, (actions,))), 5, env_actions=rows
+    )
+    stepped = EnvSlab([ScriptedEnv(script) for _ in range(2)], 0, AutoresetMode.NEXT_STEP)
+    batch = np.zeros(2, dtype=dtype)
+    stepped.bind(
+        SlabArrays(
+            np.zeros(2),
+            np.zeros(2, dtype=np.bool_),
+            np.zeros(2, np.bool_),
+            read_action=row_reader(space, batch),
+        )
+    )
+    for k in range(5):
+        batch[:] = actions[:, k]
+        stepped.step()
+    for a, b in zip(chunked.envs, stepped.envs):
+        assert [(type(x), x) for x in a.actions] == [(type(x), x) for x in b.actions]
+        assert type(a.actions[0]) is np.dtype(dtype).type
+
+
+def test_scalar_rows_only_for_one_scalar_leaf() -> None:
+    assert scalar_rows(BOX_ACT, [np.zeros((2, 4, 2), np.float32)]) is None
+    assert scalar_rows(DICT_ACT, [np.zeros((2, 4, 3)), np.zeros((2, 4), np.int64)]) is None
+    assert scalar_rows(spaces.Dict({"a": spaces.Discrete(2)}), [np.zeros((2, 4))]) is None
+    assert scalar_rows(None, [np.zeros((2, 4), np.int64)]) is None
 
 
 # --- the chunk batch's checks -------------------------------------------------------------
