@@ -12,7 +12,11 @@ parent). For each N and each vector env, in a fresh interpreter: reset, warm up,
 
 Vector envs: ``futex`` (subvec with the futex protocol, ``SUBVEC_WAKE=futex``), ``pipes``
 (subvec with the pipes alone, ``SUBVEC_WAKE=pipes``) and ``async`` (gymnasium's
-AsyncVectorEnv, shared memory). Rounds interleave the configurations; the table gives medians.
+AsyncVectorEnv, shared memory), and ``floor``: N bare forked processes that each block on a
+pipe, sleep 2 ms and write one byte back, no env, no vector env (not in the default set). It
+is what one process per worker costs on this machine before any vector env's work: its wall
+overhead is the wake-ups and sleeps of N processes scheduled on the cores there are. Rounds
+interleave the configurations; the table gives medians.
 
     python benchmarks/bench_scaling.py --workers 8,32,64,128 --rounds 3 \\
         --json benchmarks/results/scaling.jsonl --plot docs/img/scaling.svg
@@ -36,6 +40,7 @@ import numpy as np
 
 SLEEP_S = 0.002
 IMPLS = ("futex", "pipes", "async")
+FLOOR = "floor"
 
 
 class SleepEnv(gym.Env[np.ndarray, int]):
@@ -70,11 +75,57 @@ def _on_cpu(pids: list[int]) -> float:
     return total * 1e-9
 
 
+class _Floor:
+    """N forked processes: each waits for a byte on its own pipe, sleeps, answers on a shared
+    pipe. The parent's step writes N bytes and reads N."""
+
+    def __init__(self, workers: int) -> None:
+        self.n = workers
+        self.done_r, done_w = os.pipe()
+        self.cmd_w: list[int] = []
+        self.pids: list[int] = []
+        for _ in range(workers):
+            cmd_r, cmd_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker
+                os.close(self.done_r)
+                while os.read(cmd_r, 1) == b"s":
+                    time.sleep(SLEEP_S)
+                    os.write(done_w, b"x")
+                os._exit(0)
+            os.close(cmd_r)
+            self.cmd_w.append(cmd_w)
+            self.pids.append(pid)
+        os.close(done_w)
+
+    def step(self, _actions: Any) -> None:
+        for fd in self.cmd_w:
+            os.write(fd, b"s")
+        got = 0
+        while got < self.n:
+            got += len(os.read(self.done_r, self.n - got))
+
+    def reset(self, seed: int | None = None) -> None:
+        pass
+
+    def close(self) -> None:
+        for fd in self.cmd_w:
+            os.write(fd, b"q")
+            os.close(fd)
+        for pid in self.pids:
+            os.waitpid(pid, 0)
+        os.close(self.done_r)
+
+
 def measure(impl: str, workers: int, steps: int) -> dict[str, Any]:
     """One configuration, in this interpreter."""
     fns = [SleepEnv] * workers
-    if impl == "async":
-        envs: Any = gym.vector.AsyncVectorEnv(fns, shared_memory=True)
+    if impl == FLOOR:
+        envs: Any = _Floor(workers)
+        wake = "pipes"
+        pids = envs.pids
+    elif impl == "async":
+        envs = gym.vector.AsyncVectorEnv(fns, shared_memory=True)
         wake = "pipes"
         pids = [p.pid for p in envs.processes]
     else:
@@ -123,7 +174,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     by: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for row in rows:
         by.setdefault((row["workers"], row["impl"]), []).append(row)
-    impls = [i for i in IMPLS if any(k[1] == i for k in by)]
+    impls = [i for i in (*IMPLS, FLOOR) if any(k[1] == i for k in by)]
     head = "| workers | " + " | ".join(f"{i} parent us/worker/step" for i in impls)
     head += " | " + " | ".join(f"{i} overhead ms/step" for i in impls)
     head += " | " + " | ".join(f"{i} worker us/worker/step" for i in impls) + " |"
@@ -205,7 +256,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="8,32,64,128")
-    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--impls", default=",".join(IMPLS), help=f"of {IMPLS}, or {FLOOR!r}")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", help="append every measurement to this JSON-lines file")
