@@ -42,21 +42,20 @@ from gymnasium.vector.utils import (
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec._async import AsyncEngine, FrontHooks
-from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
+from subvec._backend import Backend, Collected, Failure, Outcome, Unit
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._calls import EnvCalls, EnvIds
 from subvec._chunk_front import ChunkResults, ChunkStepper, PerUnit
 from subvec._commands import (
     Command,
-    Status,
     StepPayload,
-    raise_first,
 )
+from subvec._exchange import LockstepExchange
 from subvec._failures import FailurePolicy, Recovery, RestartRecord
 from subvec._merge import InfoMerger, Part, make_merger
 from subvec._options import EnvResetOptions, ResetOptions, ResetRequest
 from subvec._recycle import RecyclePolicy, Recycler, RssReader
-from subvec._results import block_parts, final_obs_parts, split_batch
+from subvec._results import final_obs_parts, split_batch
 from subvec._seeding import SeedArg
 from subvec._setup import (
     EnvsHello,
@@ -75,7 +74,7 @@ from subvec._spaces import (
     per_env_actions,
     without_tensors,
 )
-from subvec._state import _ASYNC_NAME, _WAITING, _State, pending_call, weak_method
+from subvec._state import _ASYNC_NAME, _State, pending_call, weak_method
 from subvec._units import Units
 from subvec.errors import BrokenVectorEnvError
 from subvec.proxy import RemoteProxy
@@ -97,6 +96,9 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     :class:`~subvec._async.AsyncEngine`."""
 
     _state = _State.IDLE
+    #: the exchange's, bound in :meth:`_start` (``vector.py``'s steady step calls them)
+    _parts: Callable[[_State, Collected, float | None, bool], list[Part]]
+    _block_parts: Callable[[Iterable[Unit]], list[Part]]
 
     def _configure(
         self,
@@ -169,14 +171,40 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     def _start(self, backends: Sequence[Backend], batch: BatchViews, final_obs: bool) -> None:
         """Take the backends (in the order commands go out) and the batch arrays."""
         self._backends = list(backends)
-        # Inline backends run their share while the others' units are busy: collect them first.
-        self._collect_order = sorted(self._backends, key=lambda b: not b.inline)
         self._units = Units(self._backends, self.num_envs)
-        self._info_units = frozenset(
-            u.index for b in self._backends if not b.inline for u in b.units
-        )
-        self._merger: InfoMerger = make_merger(self.info_format, self.num_envs)
         n = self.num_envs
+        #: a split nest: its fixed-size leaves are in the block, its others travel by value
+        #: and ``_env_obs`` holds each env's (see ``_spaces.ObsSplit``)
+        self._obs_split = batch.obs_split
+        #: observations entirely in the block
+        self._obs_shared = batch.observations is not None and self._obs_split is None
+        self._env_obs: list[Any] = [None] * n
+        #: restarts in lock-step calls, what they leave to report, and rebuilds
+        self._recovery = Recovery(
+            self._policy,
+            self._units,
+            self._reset_options,
+            None if self._obs_shared else self._env_obs,
+            # weakly: the component is the front's, and a cycle would delay freeing it
+            build_timeout=weak_method(self._build_timeout),
+            break_env=weak_method(self._break),
+        )
+        # The exchange reaches the front through a weak proxy: holding the front would make a
+        # cycle, and a dropped vector env would keep its workers until the collector ran.
+        front = weakref.proxy(self)
+        #: sending lock-step commands, collecting with the failure policy, closing backends
+        self._exchange = exchange = LockstepExchange(
+            self._backends,
+            self._units,
+            batch.info_block,
+            self._policy,
+            self._recovery,
+            front,
+        )
+        # Bound once: the steady step calls them with no forwarding layer between.
+        self._parts = exchange.parts
+        self._block_parts = exchange.block_parts
+        self._merger: InfoMerger = make_merger(self.info_format, self.num_envs)
         self._rewards = batch.rewards
         self._terminations = batch.terminations
         self._truncations = batch.truncations
@@ -186,11 +214,6 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._info_block = batch.info_block
         self._obs_slots = batch.obs_slots
         self._obs_slot = 0
-        #: a split nest: its fixed-size leaves are in the block, its others travel by value
-        #: and ``_env_obs`` holds each env's (see ``_spaces.ObsSplit``)
-        self._obs_split = batch.obs_split
-        #: observations entirely in the block
-        self._obs_shared = batch.observations is not None and self._obs_split is None
         if batch.observations is not None:
             self._observations = batch.observations
         else:
@@ -205,33 +228,16 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._restarted = np.zeros(n, dtype=np.bool_)
         #: whether the restart bookkeeping has anything to do (the steady step checks only this)
         self._any_restarted = False
-        #: units this step does not send to, and their answers (restarted during a call)
-        self._answered: dict[int, Outcome] = {}
         #: the pending reset's seeds, mask and named options (a restart during it resets
         #: with them too)
         self._reset_request: ResetRequest | None = None
-        self._env_obs: list[Any] = [None] * n
-        #: restarts in lock-step calls, what they leave to report, and rebuilds
-        self._recovery = Recovery(
-            self._policy,
-            self._units,
-            self._reset_options,
-            None if self._obs_shared else self._env_obs,
-            # weakly: the component is the front's, and a cycle would delay freeing it
-            build_timeout=weak_method(self._build_timeout),
-            break_env=weak_method(self._break),
-        )
         #: the pending call's env ids (None: every env) and the units it went to
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
-        # The hooks reach the front through a weak proxy: an engine holding the front's bound
-        # methods would make a cycle, and a dropped vector env would keep its workers until
-        # the cycle collector ran.
-        front = weakref.proxy(self)
         #: asynchronous stepping; this front keeps the call state and the observation slot
         self._async = AsyncEngine(
             units=self._units,
-            collect_order=self._collect_order,
+            collect_order=exchange.collect_order,
             batch=batch,
             final_in_block=final_obs,
             env_obs=self._env_obs,
@@ -365,122 +371,6 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 state.value,
             )
 
-    # --- sending and collecting --------------------------------------------------------------
-
-    def _send(
-        self,
-        command: Command,
-        payload: Any = None,
-        per_unit: Any = None,
-        only: frozenset[int] | None = None,
-    ) -> None:
-        """Send ``command`` to every unit (those of ``only``, by index, when given), but not
-        to those that answer this step with a restart's reset."""
-        skip = self._answered
-        if only is not None:  # an addressed call (never a step: the step path stays as it is)
-            for backend in self._backends:
-                chosen = [u for u in backend.units if u.index in only and u.index not in skip]
-                if chosen:
-                    backend.send(command, payload, per_unit=per_unit, units=chosen)
-            return
-        for backend in self._backends:
-            units = [u for u in backend.units if u.index not in skip] if skip else None
-            backend.send(command, payload, per_unit=per_unit, units=units)
-
-    def _collect(
-        self, state: _State, timeout: float | None, only: frozenset[int] | None = None
-    ) -> list[Part]:
-        """Wait for every unit's answer (each of ``only``'s, when the call went to those) to
-        the pending call and return the parts that say something, in env order (see
-        ``_merge``).
-
-        Failures: with on_worker_failure="raise", a death breaks the env and a timeout returns
-        it to idle (late replies are dropped by seq); both raise. With "restart", each failed
-        unit is replaced and, for a step or reset, its envs reset (see ``_failures``).
-        """
-        if timeout is None:
-            timeout = self.default_timeout
-        restart = self._policy.can_restart
-        what = _WAITING[state]
-        # Units restarted during a call answer this step with their reset (see step_async).
-        answered = self._answered
-        if answered:
-            self._answered = {}
-        try:
-            if only is None:
-                collected = [
-                    b.collect(
-                        timeout,
-                        what,
-                        units=[u for u in b.units if u.index not in answered] if answered else None,
-                        stop_at_death=not restart,
-                    )
-                    for b in self._collect_order
-                ]
-            else:  # an addressed call: only the units it went to
-                collected = []
-                for b in self._collect_order:
-                    units = [u for u in b.units if u.index in only and u.index not in answered]
-                    if units:
-                        collected.append(
-                            b.collect(timeout, what, units=units, stop_at_death=not restart)
-                        )
-        except KeyboardInterrupt:
-            # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
-            self._state = _State.IDLE
-            recovery = self._recovery
-            recovery.pending = {**answered, **recovery.pending}  # still to be reported
-            raise
-        got = [c for c in collected if c is not None]
-        if not got and not answered:  # every unit said a plain OK
-            self._state = _State.IDLE
-            return self._block_parts(self._units.all) if state is _State.WAITING_STEP else []
-        if len(got) == 1 and not answered:
-            return self._parts(state, got[0], timeout, restart)
-        outcomes: dict[int, Outcome] = dict(answered)
-        failures: list[Failure] = []
-        for c in got:
-            outcomes.update(c.outcomes)
-            failures += c.failures
-        return self._parts(state, Collected(outcomes, failures), timeout, restart, answered)
-
-    def _parts(
-        self,
-        state: _State,
-        collected: Collected,
-        timeout: float | None,
-        restart: bool,
-        answered: dict[int, Outcome] | None = None,
-    ) -> list[Part]:
-        """The second half of ``_collect``: failures, then the outcomes that say something.
-        ``answered``: the units that answered with a restart's reset (their outcomes are in
-        ``collected`` already)."""
-        outcomes, failures = collected.outcomes, collected.failures
-        recovered: dict[int, Outcome] = dict(answered) if answered else {}
-        if failures:
-            if restart:
-                restarted = self._recover(state, failures, timeout)
-                outcomes.update(restarted)
-                recovered.update(restarted)
-            else:
-                self._fail(failures, timeout)
-        self._state = _State.IDLE
-        # Only outcomes with something to say become parts; a plain OK adds nothing but the
-        # infos a step left in the block, as all its other results are there already.
-        parts: list[Part] = []
-        errors = []
-        step = state is _State.WAITING_STEP and self._info_block is not None
-        for unit in self._units.all:
-            status, value = outcomes.get(unit.index, PLAIN)
-            if status is Status.OK_PAYLOAD:
-                parts.append((unit.lo, value))
-            elif status is Status.ERROR:
-                errors.append(value)
-            elif step and unit.index not in recovered:  # a restarted unit's reply is a reset's
-                parts += self._block_parts((unit,))
-        raise_first(errors)
-        return parts
-
     def _fail(self, failures: list[Failure], timeout: float | None) -> NoReturn:
         error, broken = self._policy.error(failures, timeout)
         if broken:
@@ -591,7 +481,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 self._pick_obs_slot()
             else:
                 self._fresh_obs_slot()  # the envs not reset keep theirs
-        self._send(Command.RESET, per_unit=self._reset_options.payloads(request))
+        self._exchange.send(Command.RESET, per_unit=self._reset_options.payloads(request))
         self._state = _State.WAITING_RESET
 
     def set_reset_options(
@@ -626,9 +516,9 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         targets = self._by_unit(ids)
         payloads = self._reset_options.store_payloads(targets)
         only = frozenset(targets)
-        self._send(Command.SET_RESET_OPTIONS, per_unit=payloads, only=only)
+        self._exchange.send(Command.SET_RESET_OPTIONS, per_unit=payloads, only=only)
         self._state = _State.WAITING_CALL
-        self._collect(_State.WAITING_CALL, None, only)
+        self._exchange.collect(_State.WAITING_CALL, None, only)
 
     @property
     def reset_options(self) -> tuple[dict[str, Any] | None, ...]:
@@ -654,7 +544,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._finish(_State.WAITING_RESET, "reset_wait")
-        parts = self._collect(_State.WAITING_RESET, timeout)
+        parts = self._exchange.collect(_State.WAITING_RESET, timeout)
         assert self._reset_request is not None
         self._reset_request.done(self._needs_reset)
         self._reset_request = None
@@ -756,8 +646,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             payload = StepPayload(None, stored)
         self._prepare_step()
         if self._recycler is not None:  # their resets write into the slot just picked
-            self._recycler.before_step(self.default_timeout, into=self._answered)
-        self._send(Command.STEP, payload, per_unit=per_unit)
+            self._recycler.before_step(self.default_timeout, into=self._exchange.answered)
+        self._exchange.send(Command.STEP, payload, per_unit=per_unit)
 
     def _prepare_step(self) -> None:
         """Before a step's (or a chunk's) command goes out, once nothing was refused: the
@@ -767,11 +657,11 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             # Units restarted during a call were reset then: this step reports that reset for
             # them (truncated, worker_restarted), as a restart during a step does, and does
             # not step them.
-            self._answered = self._recovery.take_pending(self._restarted)
-            self._any_restarted = bool(self._answered)
+            answered = self._exchange.answered = self._recovery.take_pending(self._restarted)
+            self._any_restarted = bool(answered)
         if self._obs_slots is not None:  # only now: nothing was refused
-            if self._answered:
-                self._fresh_obs_slot([self._units.unit(i) for i in self._answered])
+            if answered := self._exchange.answered:
+                self._fresh_obs_slot([self._units.unit(i) for i in answered])
             else:
                 self._pick_obs_slot()
 
@@ -792,7 +682,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._finish(_State.WAITING_STEP, "step_wait")
-        return self._step_results(self._collect(_State.WAITING_STEP, timeout))
+        return self._step_results(self._exchange.collect(_State.WAITING_STEP, timeout))
 
     def _step_results(
         self, parts: Sequence[Part]
@@ -885,9 +775,9 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._prepare_step()
         parts = self._chunk_exchange(per_unit) if same else None
         if parts is None:
-            self._send(Command.STEP_ENVS, per_unit=per_unit)
+            self._exchange.send(Command.STEP_ENVS, per_unit=per_unit)
             self._state = _State.WAITING_CHUNK
-            parts = self._collect(_State.WAITING_CHUNK, None)
+            parts = self._exchange.collect(_State.WAITING_CHUNK, None)
         return chunks.results(
             parts,
             views,
@@ -1039,10 +929,6 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         ~1.4 us for 16 envs, twice a SAME_STEP step, on the partner's CPU)."""
         return bool(np.count_nonzero(self._terminations) or np.count_nonzero(self._truncations))
 
-    def _block_parts(self, units: Iterable[Unit]) -> list[Part]:
-        """The parts of those ``units`` that left their step's infos in the block."""
-        return block_parts(units, self._info_units, self._info_block)
-
     def _observations_out(self, parts: Sequence[Part]) -> Any:
         if not self._obs_shared:
             for lo, data in parts:
@@ -1107,7 +993,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             UserWarning: the pending-call warning, where warnings are errors; raised after
                 everything is released.
         """
-        if not getattr(self, "_backends", None):  # construction failed before any backend
+        if "_exchange" not in self.__dict__:  # construction failed before any backend
             return
         try:
             if self._state in _ASYNC_NAME:
@@ -1130,16 +1016,10 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             # A worker already died; the rest may be stuck mid-step. Give them a short grace
             # to close their envs, not the full default: the user is waiting on a crash.
             bound = BROKEN_CLOSE_TIMEOUT
-        errors: list[BaseException | None] = []
-        for backend in self._collect_order:  # the parent's own envs first
-            if not backend.inline:
-                self._drop_views()  # so that the block unmaps as the workers exit
-            errors.append(backend.close(bound, terminate))
+        error = self._exchange.close(bound, terminate, self._drop_views)
         self._drop_views()
         self._state = _State.IDLE
         self._released()
-        # A worker's error first (the order of env indices), then the parent's own envs'.
-        error = next((e for e in reversed(errors) if e is not None), None)
         if error is not None:
             self.closed = True
             raise error

@@ -438,7 +438,7 @@ class SubprocVectorEnv(VectorFront):
         reset: one encoded command for all, sent and collected as the steady step's are, the
         failures and outcomes through the front's ``_parts``."""
         workers = self._pool.workers
-        if self._local is not None or self._answered or not self._chunk_even:
+        if self._local is not None or self._exchange.answered or not self._chunk_even:
             return None
         payload = proto.encode_step_envs(per_unit(workers[0]))
         self._state = state = _State.WAITING_CHUNK

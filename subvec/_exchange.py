@@ -1,0 +1,210 @@
+"""The front's lock-step exchange: one command to every unit (or some), every answer back.
+
+:class:`LockstepExchange` is the component the front owns for its lock-step calls (reset,
+step, a chunk, call and attributes): it sends a command to the backends' units, skipping those
+that answer this step with a restart's reset, collects their answers (inline backends last to
+be sent, first to be collected: they run while the others' units are busy), hands failures to
+the failure policy, and turns the outcomes into the parts that say something, in env order
+(see ``_merge``). It closes the backends too, the parent's own envs first.
+
+It holds named references (the backends, the units, the policy, the recovery, the block's
+infos) and reaches the front through a weak proxy only (the call state, the default timeout, and the
+front's ``_recover`` and ``_fail``): holding the front would make a cycle, and a dropped vector env
+would keep its workers until the cycle collector ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, Protocol
+
+from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
+from subvec._commands import Command, Status, raise_first
+from subvec._failures import FailurePolicy, Recovery
+from subvec._infos import InfoBlockReader
+from subvec._merge import Part
+from subvec._results import block_parts
+from subvec._state import _WAITING, _State
+from subvec._units import Units
+
+__all__ = ["ExchangeFront", "LockstepExchange"]
+
+
+class ExchangeFront(Protocol):
+    """What the exchange reaches of the front (through a weak proxy)."""
+
+    #: the call state: idle again once a call's answers are in
+    _state: _State
+    #: the bound of a call given none
+    default_timeout: float | None
+
+    def _recover(
+        self, state: _State, failures: list[Failure], timeout: float | None
+    ) -> dict[int, Outcome]: ...
+
+    def _fail(self, failures: list[Failure], timeout: float | None) -> NoReturn: ...
+
+
+class LockstepExchange:
+    """Sends the front's lock-step commands and collects their answers; see the module
+    docstring."""
+
+    def __init__(
+        self,
+        backends: Sequence[Backend],
+        units: Units,
+        info_block: InfoBlockReader | None,
+        policy: FailurePolicy,
+        recovery: Recovery,
+        front: ExchangeFront,
+    ) -> None:
+        self.backends = list(backends)
+        # Inline backends run their share while the others' units are busy: collect them first.
+        self.collect_order = sorted(self.backends, key=lambda b: not b.inline)
+        self.units = units
+        #: the units that write a step's infos into the block (the inline ones do not)
+        self.info_units = frozenset(u.index for b in self.backends if not b.inline for u in b.units)
+        self.info_block = info_block
+        self.policy = policy
+        self.recovery = recovery
+        #: a weak proxy of the front
+        self.front = front
+        #: units this step does not send to, and their answers (restarted during a call)
+        self.answered: dict[int, Outcome] = {}
+
+    def send(
+        self,
+        command: Command,
+        payload: Any = None,
+        per_unit: Any = None,
+        only: frozenset[int] | None = None,
+    ) -> None:
+        """Send ``command`` to every unit (those of ``only``, by index, when given), but not
+        to those that answer this step with a restart's reset."""
+        skip = self.answered
+        if only is not None:  # an addressed call (never a step: the step path stays as it is)
+            for backend in self.backends:
+                chosen = [u for u in backend.units if u.index in only and u.index not in skip]
+                if chosen:
+                    backend.send(command, payload, per_unit=per_unit, units=chosen)
+            return
+        for backend in self.backends:
+            units = [u for u in backend.units if u.index not in skip] if skip else None
+            backend.send(command, payload, per_unit=per_unit, units=units)
+
+    def collect(
+        self, state: _State, timeout: float | None, only: frozenset[int] | None = None
+    ) -> list[Part]:
+        """Wait for every unit's answer (each of ``only``'s, when the call went to those) to
+        the pending call and return the parts that say something, in env order (see
+        ``_merge``).
+
+        Failures: with on_worker_failure="raise", a death breaks the env and a timeout returns
+        it to idle (late replies are dropped by seq); both raise. With "restart", each failed
+        unit is replaced and, for a step or reset, its envs reset (see ``_failures``).
+        """
+        if timeout is None:
+            timeout = self.front.default_timeout
+        restart = self.policy.can_restart
+        what = _WAITING[state]
+        # Units restarted during a call answer this step with their reset (see step_async).
+        answered = self.answered
+        if answered:
+            self.answered = {}
+        try:
+            if only is None:
+                collected = [
+                    b.collect(
+                        timeout,
+                        what,
+                        units=[u for u in b.units if u.index not in answered] if answered else None,
+                        stop_at_death=not restart,
+                    )
+                    for b in self.collect_order
+                ]
+            else:  # an addressed call: only the units it went to
+                collected = []
+                for b in self.collect_order:
+                    units = [u for u in b.units if u.index in only and u.index not in answered]
+                    if units:
+                        collected.append(
+                            b.collect(timeout, what, units=units, stop_at_death=not restart)
+                        )
+        except KeyboardInterrupt:
+            # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
+            self.front._state = _State.IDLE
+            recovery = self.recovery
+            recovery.pending = {**answered, **recovery.pending}  # still to be reported
+            raise
+        got = [c for c in collected if c is not None]
+        if not got and not answered:  # every unit said a plain OK
+            self.front._state = _State.IDLE
+            return self.block_parts(self.units.all) if state is _State.WAITING_STEP else []
+        if len(got) == 1 and not answered:
+            return self.parts(state, got[0], timeout, restart)
+        outcomes: dict[int, Outcome] = dict(answered)
+        failures: list[Failure] = []
+        for c in got:
+            outcomes.update(c.outcomes)
+            failures += c.failures
+        return self.parts(state, Collected(outcomes, failures), timeout, restart, answered)
+
+    def parts(
+        self,
+        state: _State,
+        collected: Collected,
+        timeout: float | None,
+        restart: bool,
+        answered: dict[int, Outcome] | None = None,
+    ) -> list[Part]:
+        """The second half of :meth:`collect`: failures, then the outcomes that say
+        something. ``answered``: the units that answered with a restart's reset (their
+        outcomes are in ``collected`` already)."""
+        outcomes, failures = collected.outcomes, collected.failures
+        recovered: dict[int, Outcome] = dict(answered) if answered else {}
+        if failures:
+            if restart:
+                restarted = self.front._recover(state, failures, timeout)
+                outcomes.update(restarted)
+                recovered.update(restarted)
+            else:
+                self.front._fail(failures, timeout)
+        self.front._state = _State.IDLE
+        # Only outcomes with something to say become parts; a plain OK adds nothing but the
+        # infos a step left in the block, as all its other results are there already.
+        parts: list[Part] = []
+        errors = []
+        step = state is _State.WAITING_STEP and self.info_block is not None
+        for unit in self.units.all:
+            status, value = outcomes.get(unit.index, PLAIN)
+            if status is Status.OK_PAYLOAD:
+                parts.append((unit.lo, value))
+            elif status is Status.ERROR:
+                errors.append(value)
+            elif step and unit.index not in recovered:  # a restarted unit's reply is a reset's
+                parts += self.block_parts((unit,))
+        raise_first(errors)
+        return parts
+
+    def block_parts(self, units: Iterable[Unit]) -> list[Part]:
+        """The parts of those ``units`` that left their step's infos in the block."""
+        return block_parts(units, self.info_units, self.info_block)
+
+    def close(
+        self, bound: float, terminate: bool, drop_views: Callable[[], None]
+    ) -> BaseException | None:
+        """Close every backend within ``bound`` seconds (the parent's own envs first),
+        calling ``drop_views`` before a process backend's close, so that a shared block
+        unmaps as its workers exit; the first error to raise (a worker's before the parent's
+        own envs'), or None."""
+        self.info_block = None
+        errors: list[BaseException | None] = []
+        for backend in self.collect_order:
+            if not backend.inline:
+                drop_views()
+            errors.append(backend.close(bound, terminate))
+        return next((e for e in reversed(errors) if e is not None), None)
+
+    def drop_views(self) -> None:
+        """Drop the reference to the block's infos (a shared block unmaps without it)."""
+        self.info_block = None
