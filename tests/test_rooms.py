@@ -35,6 +35,7 @@ FRONT = (
     "subvec._failures",
     "subvec._setup",
     "subvec._exchange",
+    "subvec._observations",
 )
 #: What the front may not import: the process backend, Ray, and what they stand on.
 NOT_FOR_THE_FRONT = (
