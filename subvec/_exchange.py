@@ -7,10 +7,16 @@ be sent, first to be collected: they run while the others' units are busy), hand
 the failure policy, and turns the outcomes into the parts that say something, in env order
 (see ``_merge``). It closes the backends too, the parent's own envs first.
 
-It holds named references (the backends, the units, the policy, the recovery, the block's
-infos) and reaches the front through a weak proxy only (the call state, the default timeout, and the
-front's ``_recover`` and ``_fail``): holding the front would make a cycle, and a dropped vector env
-would keep its workers until the cycle collector ran.
+It also owns the failure policy's side of a call (:meth:`LockstepExchange.fail`, and
+:meth:`LockstepExchange.recover`, the restarts of a failed step, reset or call) and the restart
+bookkeeping before a step goes out (:meth:`LockstepExchange.prepare_step`: the units that answer
+it with a reset instead).
+
+It holds named references (the backends, the units, the policy, the recovery, the restart
+flags, the observation batch, the block's infos) and reaches the front through a weak proxy
+only (the call state and what a restart sets of it, the default timeout, ``_break``):
+holding the front would make a cycle, and a dropped vector env would keep its workers until
+the cycle collector ran.
 """
 
 from __future__ import annotations
@@ -18,11 +24,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn, Protocol
 
+import numpy as np
+
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
 from subvec._commands import Command, Status, raise_first
 from subvec._failures import FailurePolicy, Recovery
 from subvec._infos import InfoBlockReader
 from subvec._merge import Part
+from subvec._observations import ObservationBatch
+from subvec._options import ResetRequest
 from subvec._results import block_parts
 from subvec._state import _WAITING, _State
 from subvec._units import Units
@@ -37,12 +47,12 @@ class ExchangeFront(Protocol):
     _state: _State
     #: the bound of a call given none
     default_timeout: float | None
+    #: whether the restart bookkeeping has anything to do (the steady step checks only this)
+    _any_restarted: bool
+    #: the pending reset's (a restart during it resets with it too)
+    _reset_request: ResetRequest | None
 
-    def _recover(
-        self, state: _State, failures: list[Failure], timeout: float | None
-    ) -> dict[int, Outcome]: ...
-
-    def _fail(self, failures: list[Failure], timeout: float | None) -> NoReturn: ...
+    def _break(self, units: Iterable[int], reason: str) -> None: ...
 
 
 class LockstepExchange:
@@ -56,6 +66,8 @@ class LockstepExchange:
         info_block: InfoBlockReader | None,
         policy: FailurePolicy,
         recovery: Recovery,
+        restarted: np.ndarray,
+        obs: ObservationBatch,
         front: ExchangeFront,
     ) -> None:
         self.backends = list(backends)
@@ -67,6 +79,9 @@ class LockstepExchange:
         self.info_block = info_block
         self.policy = policy
         self.recovery = recovery
+        #: the envs the result being built reports truncated (a step) with worker_restarted
+        self.restarted = restarted
+        self.obs = obs
         #: a weak proxy of the front
         self.front = front
         #: units this step does not send to, and their answers (restarted during a call)
@@ -164,11 +179,11 @@ class LockstepExchange:
         recovered: dict[int, Outcome] = dict(answered) if answered else {}
         if failures:
             if restart:
-                restarted = self.front._recover(state, failures, timeout)
+                restarted = self.recover(state, failures, timeout)
                 outcomes.update(restarted)
                 recovered.update(restarted)
             else:
-                self.front._fail(failures, timeout)
+                self.fail(failures, timeout)
         self.front._state = _State.IDLE
         # Only outcomes with something to say become parts; a plain OK adds nothing but the
         # infos a step left in the block, as all its other results are there already.
@@ -185,6 +200,60 @@ class LockstepExchange:
                 parts += self.block_parts((unit,))
         raise_first(errors)
         return parts
+
+    def fail(self, failures: list[Failure], timeout: float | None) -> NoReturn:
+        """Raise the error of ``failures`` as the policy says: a death breaks the vector env,
+        a hang leaves it idle."""
+        error, broken = self.policy.error(failures, timeout)
+        if broken:
+            self.front._break([f.unit.index for f in failures], failures[0].message)
+        else:
+            self.front._state = _State.IDLE  # the late replies of the stuck units are dropped
+        raise error
+
+    def recover(
+        self, state: _State, failures: list[Failure], timeout: float | None
+    ) -> dict[int, Outcome]:
+        """Replace each failed unit and reset its envs (``_failures.Recovery``); for a step or
+        reset, return that reset's outcome as the unit's answer. The step then reports those
+        envs truncated with reward 0 and ``worker_restarted`` in their infos: nothing about
+        the lost transition is made up. A failed call cannot be replayed and raises; its
+        restarted units are reset all the same, and the next step reports them as a step's
+        restart would. A replacement that cannot be built or reset breaks the vector env.
+        """
+        front = self.front
+        call = state is _State.WAITING_CALL
+        if call and self.obs.slots is not None:
+            self.obs.fresh_slot()  # the resets below must not write into the caller's batch
+        request = front._reset_request if state is _State.WAITING_RESET else None
+        outcomes = self.recovery.restart(failures, timeout, request)
+        if not call:
+            for failure in failures:
+                self.restarted[failure.unit.lo : failure.unit.hi] = True
+            front._any_restarted = True
+            return outcomes
+        front._state = _State.IDLE
+        if self.recovery.hold(outcomes):
+            front._any_restarted = True
+        self.recovery.raise_call_error(failures, timeout, outcomes)
+
+    def prepare_step(self) -> None:
+        """Before a step's (or a chunk's) command goes out, once nothing was refused: the
+        restart bookkeeping, and the observation slot it writes."""
+        front = self.front
+        if front._any_restarted:
+            self.restarted[:] = False
+            # Units restarted during a call were reset then: this step reports that reset for
+            # them (truncated, worker_restarted), as a restart during a step does, and does
+            # not step them.
+            self.answered = answered = self.recovery.take_pending(self.restarted)
+            front._any_restarted = bool(answered)
+        obs = self.obs
+        if obs.slots is not None:  # only now: nothing was refused
+            if answered := self.answered:
+                obs.fresh_slot([self.units.unit(i) for i in answered])
+            else:
+                obs.pick_slot()
 
     def block_parts(self, units: Iterable[Unit]) -> list[Part]:
         """The parts of those ``units`` that left their step's infos in the block."""

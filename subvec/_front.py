@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from gymnasium import Space, logger
@@ -37,7 +37,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec._async import AsyncEngine, FrontHooks
-from subvec._backend import Backend, Collected, Failure, Outcome, Unit
+from subvec._backend import Backend, Collected, Unit
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._calls import EnvCalls, EnvIds
 from subvec._chunk_front import ChunkResults, ChunkStepper, PerUnit
@@ -189,6 +189,10 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             build_timeout=weak_method(self._build_timeout),
             break_env=weak_method(self._break),
         )
+        #: the envs the result being built reports truncated (a step) with worker_restarted
+        self._restarted = np.zeros(n, dtype=np.bool_)
+        #: whether the restart bookkeeping has anything to do (the steady step checks only this)
+        self._any_restarted = False
         # The exchange reaches the front through a weak proxy: holding the front would make a
         # cycle, and a dropped vector env would keep its workers until the collector ran.
         front = weakref.proxy(self)
@@ -199,6 +203,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             batch.info_block,
             self._policy,
             self._recovery,
+            self._restarted,
+            obs,
             front,
         )
         # Bound once: the steady step calls them with no forwarding layer between.
@@ -214,10 +220,6 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._info_block = batch.info_block
         self._obs_slots = batch.obs_slots
         self._needs_reset = np.zeros(n, dtype=np.bool_)
-        #: the envs the result being built reports truncated (a step) with worker_restarted
-        self._restarted = np.zeros(n, dtype=np.bool_)
-        #: whether the restart bookkeeping has anything to do (the steady step checks only this)
-        self._any_restarted = False
         #: the pending reset's seeds, mask and named options (a restart during it resets
         #: with them too)
         self._reset_request: ResetRequest | None = None
@@ -241,7 +243,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             hooks=FrontHooks(
                 enter=lambda: front._enter_async(),
                 leave=lambda: front._leave_async(),
-                fail=lambda failures, timeout: front._fail(failures, timeout),
+                fail=exchange.fail,
                 broken=lambda units, reason: front._break(units, reason),
                 build_timeout=lambda timeout: front._build_timeout(timeout),
             ),
@@ -277,7 +279,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             # weakly: the recycler is the front's, and a cycle would delay freeing it
             build_timeout=weak_method(self._build_timeout),
             stored_options=weak_method(self._stored_options),
-            fail=weak_method(self._fail),
+            fail=self._exchange.fail,
             break_env=weak_method(self._break),
         )
 
@@ -361,43 +363,10 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 state.value,
             )
 
-    def _fail(self, failures: list[Failure], timeout: float | None) -> NoReturn:
-        error, broken = self._policy.error(failures, timeout)
-        if broken:
-            self._break([f.unit.index for f in failures], failures[0].message)
-        else:
-            self._state = _State.IDLE  # the late replies of the stuck units will be dropped
-        raise error
-
     def _break(self, units: Iterable[int], reason: str) -> None:
         """Broken: every call but ``close()`` and a rebuilding ``reset()`` raises."""
         self._state = _State.BROKEN
         self._recovery.broke(units, reason)
-
-    def _recover(
-        self, state: _State, failures: list[Failure], timeout: float | None
-    ) -> dict[int, Outcome]:
-        """Replace each failed unit and reset its envs (``_failures.Recovery``); for a step or
-        reset, return that reset's outcome as the unit's answer. The step then reports those
-        envs truncated with reward 0 and ``worker_restarted`` in their infos: nothing about
-        the lost transition is made up. A failed call cannot be replayed and raises; its
-        restarted units are reset all the same, and the next step reports them as a step's
-        restart would. A replacement that cannot be built or reset breaks the vector env.
-        """
-        call = state is _State.WAITING_CALL
-        if call and self._obs_slots is not None:
-            self._obs.fresh_slot()  # the resets below must not write into the caller's batch
-        request = self._reset_request if state is _State.WAITING_RESET else None
-        outcomes = self._recovery.restart(failures, timeout, request)
-        if not call:
-            for failure in failures:
-                self._restarted[failure.unit.lo : failure.unit.hi] = True
-            self._any_restarted = True
-            return outcomes
-        self._state = _State.IDLE
-        if self._recovery.hold(outcomes):
-            self._any_restarted = True
-        self._recovery.raise_call_error(failures, timeout, outcomes)
 
     # --- reset -------------------------------------------------------------------------------
 
@@ -634,26 +603,10 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
 
         elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
             payload = StepPayload(None, stored)
-        self._prepare_step()
+        self._exchange.prepare_step()
         if self._recycler is not None:  # their resets write into the slot just picked
             self._recycler.before_step(self.default_timeout, into=self._exchange.answered)
         self._exchange.send(Command.STEP, payload, per_unit=per_unit)
-
-    def _prepare_step(self) -> None:
-        """Before a step's (or a chunk's) command goes out, once nothing was refused: the
-        restart bookkeeping, and the observation slot it writes."""
-        if self._any_restarted:
-            self._restarted[:] = False
-            # Units restarted during a call were reset then: this step reports that reset for
-            # them (truncated, worker_restarted), as a restart during a step does, and does
-            # not step them.
-            answered = self._exchange.answered = self._recovery.take_pending(self._restarted)
-            self._any_restarted = bool(answered)
-        if self._obs_slots is not None:  # only now: nothing was refused
-            if answered := self._exchange.answered:
-                self._obs.fresh_slot([self._units.unit(i) for i in answered])
-            else:
-                self._pick_obs_slot()
 
     def step_wait(
         self, timeout: float | None = None
@@ -762,7 +715,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             return chunks.one_step(batch, all_obs, self.step)
         self._begin_chunk()
         views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
-        self._prepare_step()
+        self._exchange.prepare_step()
         parts = self._chunk_exchange(per_unit) if same else None
         if parts is None:
             self._exchange.send(Command.STEP_ENVS, per_unit=per_unit)
