@@ -8,9 +8,9 @@ the failure policy, and turns the outcomes into the parts that say something, in
 (see ``_merge``). It closes the backends too, the parent's own envs first.
 
 It also owns the failure policy's side of a call (:meth:`LockstepExchange.fail`, and
-:meth:`LockstepExchange.recover`, the restarts of a failed step, reset or call) and the restart
-bookkeeping before a step goes out (:meth:`LockstepExchange.prepare_step`: the units that answer
-it with a reset instead).
+:meth:`LockstepExchange.recover`, the restarts of a failed step, reset or call), and a step's
+command (:meth:`LockstepExchange.send_step`: its payloads, and the restart bookkeeping before
+it goes out, the units that answer it with a reset instead).
 
 It holds named references (the backends, the units, the policy, the recovery, the restart
 flags, the observation batch, the block's infos) and reaches the front through a weak proxy
@@ -25,15 +25,18 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn, Protocol
 
 import numpy as np
+from gymnasium import Space
 
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
-from subvec._commands import Command, Status, raise_first
+from subvec._commands import Command, Status, StepPayload, raise_first
 from subvec._failures import FailurePolicy, Recovery
 from subvec._infos import InfoBlockReader
 from subvec._merge import Part
 from subvec._observations import ObservationBatch
 from subvec._options import ResetRequest
+from subvec._recycle import Recycler
 from subvec._results import block_parts
+from subvec._spaces import BY_VALUE, Stored, check_batch_layout, per_env_actions, without_tensors
 from subvec._state import _WAITING, _State
 from subvec._units import Units
 
@@ -49,6 +52,8 @@ class ExchangeFront(Protocol):
     default_timeout: float | None
     #: whether the restart bookkeeping has anything to do (the steady step checks only this)
     _any_restarted: bool
+    #: the recycler, where the backend recycles (its resets go out with a step)
+    _recycler: Recycler | None
     #: the pending reset's (a restart during it resets with it too)
     _reset_request: ResetRequest | None
 
@@ -68,6 +73,7 @@ class LockstepExchange:
         recovery: Recovery,
         restarted: np.ndarray,
         obs: ObservationBatch,
+        action_spaces: tuple[Space[Any], Space[Any]],
         front: ExchangeFront,
     ) -> None:
         self.backends = list(backends)
@@ -82,6 +88,8 @@ class LockstepExchange:
         #: the envs the result being built reports truncated (a step) with worker_restarted
         self.restarted = restarted
         self.obs = obs
+        #: the single and the batched action space
+        self.action_spaces = action_spaces
         #: a weak proxy of the front
         self.front = front
         #: units this step does not send to, and their answers (restarted during a call)
@@ -236,6 +244,40 @@ class LockstepExchange:
         if self.recovery.hold(outcomes):
             front._any_restarted = True
         self.recovery.raise_call_error(failures, timeout, outcomes)
+
+    def send_step(self, actions: Any, stored: Stored, per_env: list[Any] | None = None) -> None:
+        """Send STEP for ``actions``, which ``store`` has put in the block as ``stored`` says
+        (see ``_spaces.batch_setter``). By value, each env gets its item of
+        ``iterate(action_space, actions)``, exactly as SyncVectorEnv hands it over.
+
+        Raises:
+            ValueError, TypeError: actions by value that are not one per env (nothing sent).
+        """
+        per_unit = None
+        payload = None
+        single, space = self.action_spaces
+        n = len(self.restarted)
+        if stored is BY_VALUE:
+            if per_env is None:
+                check_batch_layout(single, actions, n)
+                # numpy values, as from the block
+                actions = without_tensors(single, actions)
+                per_env = per_env_actions(space, actions, n, "one per env")
+            elif len(per_env) != n:
+                raise ValueError(f"expected {n} actions, one per env, got {len(per_env)}")
+
+            values = per_env
+
+            def per_unit(unit: Unit) -> StepPayload:
+                return StepPayload(values[unit.lo : unit.hi])
+
+        elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
+            payload = StepPayload(None, stored)
+        self.prepare_step()
+        recycler = self.front._recycler
+        if recycler is not None:  # their resets write into the slot just picked
+            recycler.before_step(self.front.default_timeout, into=self.answered)
+        self.send(Command.STEP, payload, per_unit=per_unit)
 
     def prepare_step(self) -> None:
         """Before a step's (or a chunk's) command goes out, once nothing was refused: the

@@ -43,7 +43,6 @@ from subvec._calls import EnvCalls, EnvIds
 from subvec._chunk_front import ChunkResults, ChunkStepper, PerUnit
 from subvec._commands import (
     Command,
-    StepPayload,
 )
 from subvec._exchange import LockstepExchange
 from subvec._failures import FailurePolicy, Recovery, RestartRecord
@@ -64,9 +63,6 @@ from subvec._setup import (
 from subvec._spaces import (
     BY_VALUE,
     Stored,
-    check_batch_layout,
-    per_env_actions,
-    without_tensors,
 )
 from subvec._state import _ASYNC_NAME, _State, pending_call, weak_method
 from subvec._units import Units
@@ -95,6 +91,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     _block_parts: Callable[[Iterable[Unit]], list[Part]]
     #: the observation batch's, bound in :meth:`_start` (the steady step calls it)
     _pick_obs_slot: Callable[[], None]
+    _send_step: Callable[[Any, Stored], None]
 
     def _configure(
         self,
@@ -205,11 +202,13 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             self._recovery,
             self._restarted,
             obs,
+            (self.single_action_space, self.action_space),
             front,
         )
         # Bound once: the steady step calls them with no forwarding layer between.
         self._parts = exchange.parts
         self._block_parts = exchange.block_parts
+        self._send_step = exchange.send_step
         self._merger: InfoMerger = make_merger(self.info_format, self.num_envs)
         self._rewards = batch.rewards
         self._terminations = batch.terminations
@@ -560,7 +559,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 (autoreset DISABLED) an ended env was not reset.
         """
         self._begin_step()
-        self._send_step(None, BY_VALUE, list(per_env))
+        self._exchange.send_step(None, BY_VALUE, list(per_env))
         self._state = _State.WAITING_STEP
 
     def _begin_chunk(self) -> None:
@@ -574,39 +573,6 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: reset them "
                 "with reset(options={'reset_mask': mask}) before stepping again"
             )
-
-    def _send_step(self, actions: Any, stored: Stored, per_env: list[Any] | None = None) -> None:
-        """Send STEP for ``actions``, which ``store`` has put in the block as ``stored`` says
-        (see ``_spaces.batch_setter``). By value, each env gets its item of
-        ``iterate(action_space, actions)``, exactly as SyncVectorEnv hands it over.
-
-        Raises:
-            ValueError, TypeError: actions by value that are not one per env (nothing sent).
-        """
-        per_unit = None
-        payload = None
-        if stored is BY_VALUE:
-            if per_env is None:
-                check_batch_layout(self.single_action_space, actions, self.num_envs)
-                # numpy values, as from the block
-                actions = without_tensors(self.single_action_space, actions)
-                per_env = per_env_actions(self.action_space, actions, self.num_envs, "one per env")
-            elif len(per_env) != self.num_envs:
-                raise ValueError(
-                    f"expected {self.num_envs} actions, one per env, got {len(per_env)}"
-                )
-
-            values = per_env
-
-            def per_unit(unit: Unit) -> StepPayload:
-                return StepPayload(values[unit.lo : unit.hi])
-
-        elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
-            payload = StepPayload(None, stored)
-        self._exchange.prepare_step()
-        if self._recycler is not None:  # their resets write into the slot just picked
-            self._recycler.before_step(self.default_timeout, into=self._exchange.answered)
-        self._exchange.send(Command.STEP, payload, per_unit=per_unit)
 
     def step_wait(
         self, timeout: float | None = None
