@@ -308,7 +308,6 @@ class LockstepExchange:
         calling ``drop_views`` before a process backend's close, so that a shared block
         unmaps as its workers exit; the first error to raise (a worker's before the parent's
         own envs'), or None."""
-        self.info_block = None
         errors: list[BaseException | None] = []
         for backend in self.collect_order:
             if not backend.inline:

@@ -903,12 +903,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             "_obs_slots",
         ):
             self.__dict__.pop(name, None)
-        chunks = self.__dict__.get("_chunks")
-        if chunks is not None:
-            chunks.drop_views()
-        engine = self.__dict__.get("_async")
-        if engine is not None:
-            engine.drop_views()
-        obs = self.__dict__.get("_obs")
-        if obs is not None:
-            obs.drop_views()
+        # and the components' (each drops its own)
+        for name in ("_chunks", "_async", "_obs", "_exchange"):
+            component = self.__dict__.get(name)
+            if component is not None:
+                component.drop_views()
