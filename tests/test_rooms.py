@@ -36,6 +36,7 @@ FRONT = (
     "subvec._setup",
     "subvec._exchange",
     "subvec._observations",
+    "subvec._step_results",
 )
 #: What the front may not import: the process backend, Ray, and what they stand on.
 NOT_FOR_THE_FRONT = (
