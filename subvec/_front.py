@@ -44,9 +44,7 @@ from subvec._backend import Backend, Collected, Unit
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._calls import EnvCalls, EnvIds
 from subvec._chunk_front import ChunkResults, ChunkStepper, PerUnit
-from subvec._commands import (
-    Command,
-)
+from subvec._commands import Command
 from subvec._exchange import LockstepExchange
 from subvec._failures import FailurePolicy, Recovery, RestartRecord
 from subvec._merge import Part, make_merger
@@ -62,10 +60,7 @@ from subvec._setup import (
     check_info_format,
     check_observation_mode,
 )
-from subvec._spaces import (
-    BY_VALUE,
-    Stored,
-)
+from subvec._spaces import BY_VALUE, Stored
 from subvec._state import _ASYNC_NAME, _State, pending_call, weak_method
 from subvec._step_results import StepResults
 from subvec._units import Units
@@ -793,8 +788,6 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         """Nothing is in flight or held any more: idle again."""
         if self._state is _State.ASYNC:
             self._state = _State.IDLE
-
-    # --- results -----------------------------------------------------------------------------
 
     # --- the envs' generators ----------------------------------------------------------------
 
