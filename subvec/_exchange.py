@@ -10,7 +10,7 @@ the failure policy, and turns the outcomes into the parts that say something, in
 It also owns the failure policy's side of a call (:meth:`LockstepExchange.fail`, and
 :meth:`LockstepExchange.recover`, the restarts of a failed step, reset or call), and a step's
 command (:meth:`LockstepExchange.send_step`: its payloads, and the restart bookkeeping before
-it goes out, the units that answer it with a reset instead).
+it goes out, the units that answer it with a reset instead), and a reset's (``send_reset``).
 
 It holds named references (the backends, the units, the policy, the recovery, the restart
 flags, the observation batch, the block's infos) and reaches the front through a weak proxy
@@ -28,7 +28,7 @@ import numpy as np
 from gymnasium import Space
 
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
-from subvec._commands import Command, Status, StepPayload, raise_first
+from subvec._commands import Command, ResetPayload, Status, StepPayload, raise_first
 from subvec._failures import FailurePolicy, Recovery
 from subvec._infos import InfoBlockReader
 from subvec._merge import Part
@@ -278,6 +278,23 @@ class LockstepExchange:
         if recycler is not None:  # their resets write into the slot just picked
             recycler.before_step(self.front.default_timeout, into=self.answered)
         self.send(Command.STEP, payload, per_unit=per_unit)
+
+    def send_reset(self, request: ResetRequest, per_unit: Callable[[Unit], ResetPayload]) -> None:
+        """Send RESET for ``request`` with each unit's payload from ``per_unit``, after the
+        restart bookkeeping and the pick of the observation slot it writes."""
+        front = self.front
+        if front._any_restarted:
+            self.restarted[:] = False
+            # Envs restarted during a call: this reset's infos flag them. (Rebuilt ones are
+            # not flagged: the caller saw the vector env break, and the result is a fresh
+            # env's.)
+            front._any_restarted = bool(self.recovery.take_pending(self.restarted))
+        if self.obs.slots is not None:
+            if request.mask is None:
+                self.obs.pick_slot()
+            else:
+                self.obs.fresh_slot()  # the envs not reset keep theirs
+        self.send(Command.RESET, per_unit=per_unit)
 
     def prepare_step(self) -> None:
         """Before a step's (or a chunk's) command goes out, once nothing was refused: the

@@ -444,22 +444,10 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         if broken:
             request.include(self._recovery.rebuild(self._build_timeout(self.default_timeout)))
             self._state = _State.IDLE
-        mask = request.mask
         if self._recycler is not None:  # before the slot pick: the units change
-            self._recycler.on_reset(request.seeds, mask, self.default_timeout)
+            self._recycler.on_reset(request.seeds, request.mask, self.default_timeout)
         self._reset_request = request
-        if self._any_restarted:
-            self._restarted[:] = False
-            # Envs restarted during a call: this reset's infos flag them. (Rebuilt ones are
-            # not flagged: the caller saw the vector env break, and the result is a fresh
-            # env's.)
-            self._any_restarted = bool(self._recovery.take_pending(self._restarted))
-        if self._obs_slots is not None:
-            if mask is None:
-                self._pick_obs_slot()
-            else:
-                self._obs.fresh_slot()  # the envs not reset keep theirs
-        self._exchange.send(Command.RESET, per_unit=self._reset_options.payloads(request))
+        self._exchange.send_reset(request, self._reset_options.payloads(request))
         self._state = _State.WAITING_RESET
 
     def set_reset_options(
