@@ -40,7 +40,12 @@ from subvec._spaces import BY_VALUE, Stored, check_batch_layout, per_env_actions
 from subvec._state import _WAITING, _State
 from subvec._units import Units
 
-__all__ = ["ExchangeFront", "LockstepExchange"]
+__all__ = ["BROKEN_CLOSE_TIMEOUT", "DEFAULT_CLOSE_TIMEOUT", "ExchangeFront", "LockstepExchange"]
+
+#: How long close() waits for workers to finish their envs' close() before escalating.
+DEFAULT_CLOSE_TIMEOUT = 10.0
+#: The same bound once a worker has died (the others may be stuck mid-step).
+BROKEN_CLOSE_TIMEOUT = 2.0
 
 
 class ExchangeFront(Protocol):
@@ -319,12 +324,18 @@ class LockstepExchange:
         return block_parts(units, self.info_units, self.info_block)
 
     def close(
-        self, bound: float, terminate: bool, drop_views: Callable[[], None]
+        self, timeout: float | None, broken: bool, terminate: bool, drop_views: Callable[[], None]
     ) -> BaseException | None:
-        """Close every backend within ``bound`` seconds (the parent's own envs first),
+        """Close every backend within ``timeout`` seconds (None: ``DEFAULT_CLOSE_TIMEOUT``,
+        or ``BROKEN_CLOSE_TIMEOUT`` for a ``broken`` vector env), the parent's own envs first,
         calling ``drop_views`` before a process backend's close, so that a shared block
         unmaps as its workers exit; the first error to raise (a worker's before the parent's
         own envs'), or None."""
+        bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
+        if timeout is None and broken:
+            # A worker already died; the rest may be stuck mid-step. Give them a short grace
+            # to close their envs, not the full default: the user is waiting on a crash.
+            bound = BROKEN_CLOSE_TIMEOUT
         errors: list[BaseException | None] = []
         for backend in self.collect_order:
             if not backend.inline:

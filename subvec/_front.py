@@ -69,12 +69,6 @@ from subvec.proxy import RemoteProxy
 
 __all__ = ["EnvIds", "ResetOptions", "VectorFront"]
 
-#: How long close() waits for workers to finish their envs' close() before escalating.
-DEFAULT_CLOSE_TIMEOUT = 10.0
-#: The same bound once a worker has died (the others may be stuck mid-step).
-BROKEN_CLOSE_TIMEOUT = 2.0
-
-
 _Front = TypeVar("_Front", bound="VectorFront")
 
 
@@ -297,7 +291,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             rss_of=rss_of,
             # weakly: the recycler is the front's, and a cycle would delay freeing it
             build_timeout=weak_method(self._build_timeout),
-            stored_options=weak_method(self._stored_options),
+            stored_options=self._reset_options.stored,
             fail=self._exchange.fail,
             break_env=weak_method(self._break),
         )
@@ -491,10 +485,6 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         """The options each env's resets get when none are named (:meth:`set_reset_options`)."""
         return tuple(self._reset_options.per_env)
 
-    def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None:
-        """What ``unit``'s envs have stored (for a replacement), or None when nothing is."""
-        return self._reset_options.stored(unit)
-
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset :meth:`reset_async` started.
 
@@ -570,9 +560,6 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._exchange.send_step(None, BY_VALUE, list(per_env))
         self._state = _State.WAITING_STEP
 
-    def _begin_chunk(self) -> None:
-        self._begin_step(_State.WAITING_CHUNK)
-
     def _begin_step(self, state: _State = _State.WAITING_STEP) -> None:
         self._begin(state)
         if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset.any():
@@ -642,7 +629,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             WorkerDiedError, WorkerTimeoutError: a unit died or did not answer in time.
         """
         if self._state is not _State.IDLE or self._recycler is not None:
-            self._begin_chunk()  # raises, naming step_chunk (step() checks the rest again)
+            # raises, naming step_chunk (step() checks the rest again)
+            self._begin_step(_State.WAITING_CHUNK)
             if self._recycler is not None:
                 raise ValueError(
                     "step_chunk is not available with recycle_every or worker_max_rss "
@@ -654,7 +642,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             # One sub-step is one step(): the backends' quickest round trip, one command per
             # unit all the same.
             return chunks.one_step(batch, all_obs, self.step)
-        self._begin_chunk()
+        self._begin_step(_State.WAITING_CHUNK)
         views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
         self._exchange.prepare_step()
         parts = self._chunk_exchange(per_unit) if same else None
@@ -823,12 +811,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._close_backends(timeout, terminate)
 
     def _close_backends(self, timeout: float | None, terminate: bool) -> None:
-        bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
-        if timeout is None and self._state is _State.BROKEN:
-            # A worker already died; the rest may be stuck mid-step. Give them a short grace
-            # to close their envs, not the full default: the user is waiting on a crash.
-            bound = BROKEN_CLOSE_TIMEOUT
-        error = self._exchange.close(bound, terminate, self._drop_views)
+        broken = self._state is _State.BROKEN
+        error = self._exchange.close(timeout, broken, terminate, self._drop_views)
         self._drop_views()
         self._state = _State.IDLE
         self._released()
