@@ -43,6 +43,7 @@ General layout (lower layers never import higher ones):
                       with the failure policy (restarts), the answers as parts, close
     _observations     the front's observation batch: slots, by-value observations, the batch
                       handed out
+    _step_results     the front's step results: restarted envs, final observations, infos
     _front            the gymnasium VectorEnv contract over backends
     vector            SubprocVectorEnv: the process backend's public class
     proxy             remote(envs): attribute-style forwarding to any vector env's call()

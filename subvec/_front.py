@@ -11,10 +11,10 @@ Its mixin adds calls and attributes (``_calls``); asynchronous stepping (``_asyn
 recycling (``_recycle``) and action chunks (``_chunk_front``) are components it owns, which
 hold no strong reference to it, and so are the lock-step exchange (``_exchange``: sending a
 command, collecting with the failure policy, the answers as parts, closing the backends), the
-observation batch it hands out (``_observations``) and the recovery from failed units in
-lock-step calls (``_failures.Recovery``: restarts, the broken state, rebuilds); reset options
-are checked and
-sliced per unit in ``_options``, and the call states are ``_state``. What it is built from
+observation batch it hands out (``_observations``), a step's results (``_step_results``) and
+the recovery from failed units in lock-step calls (``_failures.Recovery``: restarts, the
+broken state, rebuilds); reset options are checked and sliced per unit in ``_options``, and
+the call states are ``_state``. What it is built from
 (hellos, option checks, spaces) is ``_setup``. Its units and every replacement of one go
 through ``_units``; per-env results are read out of a unit's reply by ``_results``, for
 lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
