@@ -39,6 +39,11 @@ General layout (lower layers never import higher ones):
     _chunk_front      step_chunk's component of the front (action chunks run inside the units)
     _pickling         what travels by value to a worker or actor (cloudpickle, file names kept)
     _setup            the front's construction: hellos, option checks, spaces, nest copies
+    _exchange         the front's lock-step exchange: send a command to the units, collect
+                      with the failure policy (restarts), the answers as parts, close
+    _observations     the front's observation batch: slots, by-value observations, the batch
+                      handed out
+    _step_results     the front's step results: restarted envs, final observations, infos
     _front            the gymnasium VectorEnv contract over backends
     vector            SubprocVectorEnv: the process backend's public class
     proxy             remote(envs): attribute-style forwarding to any vector env's call()

@@ -3,8 +3,8 @@ every env or on the envs of ``env_ids``.
 
 A call goes to every unit, or (with ``env_ids``) only to the units holding those envs, each
 told which of its envs to call, in the caller's order; the answers are dealt back into that
-order. A mixin of :class:`subvec._front.VectorFront`: it uses the front's state machine,
-``_send`` and ``_collect``.
+order. A mixin of :class:`subvec._front.VectorFront`: it uses the front's state machine and
+its lock-step exchange (``_exchange``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from subvec._backend import Unit
 from subvec._commands import CallPayload, Command, SetAttrPayload
-from subvec._merge import Part
+from subvec._exchange import LockstepExchange
 from subvec._state import _State
 from subvec._units import Units
 
@@ -35,21 +35,12 @@ class EnvCalls:
     _units: Units
     _call_ids: list[int] | None
     _call_units: frozenset[int] | None
+    _exchange: LockstepExchange
 
     if TYPE_CHECKING:
 
         def _begin(self, state: _State) -> None: ...
         def _finish(self, state: _State, method: str) -> None: ...
-        def _send(
-            self,
-            command: Command,
-            payload: Any = None,
-            per_unit: Any = None,
-            only: frozenset[int] | None = None,
-        ) -> None: ...
-        def _collect(
-            self, state: _State, timeout: float | None, only: frozenset[int] | None = None
-        ) -> list[Part]: ...
 
     def call_async(self, name: str, /, *args: Any, env_ids: EnvIds = None, **kwargs: Any) -> None:
         """Start calling method ``name`` of the envs; :meth:`call_wait` returns the results.
@@ -78,7 +69,7 @@ class EnvCalls:
         self._call_ids = ids
         if ids is None:
             self._call_units = None
-            self._send(Command.CALL, payload)
+            self._exchange.send(Command.CALL, payload)
         else:
             targets = self._by_unit(ids)
             self._call_units = frozenset(targets)
@@ -87,7 +78,7 @@ class EnvCalls:
                 def per_unit(unit: Unit) -> CallPayload:
                     return payload._replace(envs=[e - unit.lo for e in targets[unit.index]])
 
-                self._send(Command.CALL, per_unit=per_unit, only=self._call_units)
+                self._exchange.send(Command.CALL, per_unit=per_unit, only=self._call_units)
         self._state = _State.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
@@ -107,7 +98,7 @@ class EnvCalls:
         """
         self._finish(_State.WAITING_CALL, "call_wait")
         ids, only = self._call_ids, self._call_units
-        parts = self._collect(_State.WAITING_CALL, timeout, only)
+        parts = self._exchange.collect(_State.WAITING_CALL, timeout, only)
         if ids is None:
             results: list[Any] = []
             for _, data in parts:
@@ -193,11 +184,11 @@ class EnvCalls:
                     f"environments. Got `{len(values)}` values for {self.num_envs} environments."
                 )
             per_env = list(values)
-            self._send(
+            self._exchange.send(
                 Command.SET_ATTR, per_unit=lambda u: SetAttrPayload(name, per_env[u.lo : u.hi])
             )
             self._state = _State.WAITING_CALL
-            self._collect(_State.WAITING_CALL, None)
+            self._exchange.collect(_State.WAITING_CALL, None)
             return
         if len(values) != len(ids):
             raise ValueError(
@@ -215,9 +206,9 @@ class EnvCalls:
             return SetAttrPayload(name, [value_of[e] for e in envs], [e - unit.lo for e in envs])
 
         only = frozenset(targets)
-        self._send(Command.SET_ATTR, per_unit=per_unit, only=only)
+        self._exchange.send(Command.SET_ATTR, per_unit=per_unit, only=only)
         self._state = _State.WAITING_CALL
-        self._collect(_State.WAITING_CALL, None, only)
+        self._exchange.collect(_State.WAITING_CALL, None, only)
 
     def render(self, env_ids: EnvIds = None) -> tuple[Any, ...] | None:
         """The frames of the envs, as ``call("render", env_ids=env_ids)``.

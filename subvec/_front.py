@@ -9,9 +9,12 @@
 
 Its mixin adds calls and attributes (``_calls``); asynchronous stepping (``_async``),
 recycling (``_recycle``) and action chunks (``_chunk_front``) are components it owns, which
-hold no strong reference to it, and so is the recovery from failed units in lock-step calls
-(``_failures.Recovery``: restarts, the broken state, rebuilds); reset options are checked and
-sliced per unit in ``_options``, and the call states are ``_state``. What it is built from
+hold no strong reference to it, and so are the lock-step exchange (``_exchange``: sending a
+command, collecting with the failure policy, the answers as parts, closing the backends), the
+observation batch it hands out (``_observations``), a step's results (``_step_results``) and
+the recovery from failed units in lock-step calls (``_failures.Recovery``: restarts, the
+broken state, rebuilds); reset options are checked and sliced per unit in ``_options``, and
+the call states are ``_state``. What it is built from
 (hellos, option checks, spaces) is ``_setup``. Its units and every replacement of one go
 through ``_units``; per-env results are read out of a unit's reply by ``_results``, for
 lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
@@ -29,34 +32,25 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from copy import deepcopy
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.vector.utils import (
-    concatenate,
-    create_empty_array,
-)
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec._async import AsyncEngine, FrontHooks
-from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
+from subvec._backend import Backend, Collected, Unit
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._calls import EnvCalls, EnvIds
 from subvec._chunk_front import ChunkResults, ChunkStepper, PerUnit
-from subvec._commands import (
-    Command,
-    Status,
-    StepPayload,
-    raise_first,
-)
+from subvec._commands import Command
+from subvec._exchange import LockstepExchange
 from subvec._failures import FailurePolicy, Recovery, RestartRecord
-from subvec._merge import InfoMerger, Part, make_merger
+from subvec._merge import Part, make_merger
+from subvec._observations import ObservationBatch
 from subvec._options import EnvResetOptions, ResetOptions, ResetRequest
 from subvec._recycle import RecyclePolicy, Recycler, RssReader
-from subvec._results import block_parts, final_obs_parts, split_batch
 from subvec._seeding import SeedArg
 from subvec._setup import (
     EnvsHello,
@@ -65,28 +59,15 @@ from subvec._setup import (
     check_batch_size,
     check_info_format,
     check_observation_mode,
-    copy_nest,
-    view_nest,
 )
-from subvec._spaces import (
-    BY_VALUE,
-    Stored,
-    check_batch_layout,
-    per_env_actions,
-    without_tensors,
-)
-from subvec._state import _ASYNC_NAME, _WAITING, _State, pending_call, weak_method
+from subvec._spaces import BY_VALUE, Stored
+from subvec._state import _ASYNC_NAME, _State, pending_call, weak_method
+from subvec._step_results import StepResults
 from subvec._units import Units
 from subvec.errors import BrokenVectorEnvError
 from subvec.proxy import RemoteProxy
 
 __all__ = ["EnvIds", "ResetOptions", "VectorFront"]
-
-#: How long close() waits for workers to finish their envs' close() before escalating.
-DEFAULT_CLOSE_TIMEOUT = 10.0
-#: The same bound once a worker has died (the others may be stuck mid-step).
-BROKEN_CLOSE_TIMEOUT = 2.0
-
 
 _Front = TypeVar("_Front", bound="VectorFront")
 
@@ -97,6 +78,18 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     :class:`~subvec._async.AsyncEngine`."""
 
     _state = _State.IDLE
+    #: the exchange's, bound in :meth:`_start` (``vector.py``'s steady step calls them)
+    _parts: Callable[[_State, Collected, float | None, bool], list[Part]]
+    _block_parts: Callable[[Iterable[Unit]], list[Part]]
+    #: the observation batch's, bound in :meth:`_start` (the steady step calls it)
+    _pick_obs_slot: Callable[[], None]
+    _send_step: Callable[[Any, Stored], None]
+    #: the step results', bound in :meth:`_start` (the steady step calls them)
+    _step_results: Callable[
+        [Sequence[Part]], tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+    ]
+    _merge_infos: Callable[[Sequence[Part]], Any]
+    _any_ended: Callable[[], bool]
 
     def _configure(
         self,
@@ -169,48 +162,18 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     def _start(self, backends: Sequence[Backend], batch: BatchViews, final_obs: bool) -> None:
         """Take the backends (in the order commands go out) and the batch arrays."""
         self._backends = list(backends)
-        # Inline backends run their share while the others' units are busy: collect them first.
-        self._collect_order = sorted(self._backends, key=lambda b: not b.inline)
         self._units = Units(self._backends, self.num_envs)
-        self._info_units = frozenset(
-            u.index for b in self._backends if not b.inline for u in b.units
-        )
-        self._merger: InfoMerger = make_merger(self.info_format, self.num_envs)
         n = self.num_envs
-        self._rewards = batch.rewards
-        self._terminations = batch.terminations
-        self._truncations = batch.truncations
-        self._store_actions = batch.store_actions
-        self._final_in_block = final_obs
-        self._final_obs_rows = batch.final_obs_rows
-        self._info_block = batch.info_block
-        self._obs_slots = batch.obs_slots
-        self._obs_slot = 0
-        #: a split nest: its fixed-size leaves are in the block, its others travel by value
-        #: and ``_env_obs`` holds each env's (see ``_spaces.ObsSplit``)
-        self._obs_split = batch.obs_split
-        #: observations entirely in the block
-        self._obs_shared = batch.observations is not None and self._obs_split is None
-        if batch.observations is not None:
-            self._observations = batch.observations
-        else:
-            self._observations = create_empty_array(self.single_observation_space, n=n, fn=np.zeros)
-        if self._obs_split is not None:
-            assert batch.obs_leaves is not None
-            #: the split nest's fixed-size leaves in the block's own batch (slot 0)
-            self._obs_fixed = batch.obs_leaves
-            self._loose_out = self._obs_split.empty_loose(n)
-        self._needs_reset = np.zeros(n, dtype=np.bool_)
-        #: the envs the result being built reports truncated (a step) with worker_restarted
-        self._restarted = np.zeros(n, dtype=np.bool_)
-        #: whether the restart bookkeeping has anything to do (the steady step checks only this)
-        self._any_restarted = False
-        #: units this step does not send to, and their answers (restarted during a call)
-        self._answered: dict[int, Outcome] = {}
-        #: the pending reset's seeds, mask and named options (a restart during it resets
-        #: with them too)
-        self._reset_request: ResetRequest | None = None
+        #: each env's observation where they travel by value
         self._env_obs: list[Any] = [None] * n
+        #: the observation batch the units write, its slots, and the batch handed out
+        self._obs = obs = ObservationBatch(
+            batch, self.single_observation_space, self._env_obs, self.copy
+        )
+        #: observations entirely in the block
+        self._obs_shared = obs.shared
+        # Bound once: the steady step calls it with no forwarding layer between.
+        self._pick_obs_slot = obs.pick_slot
         #: restarts in lock-step calls, what they leave to report, and rebuilds
         self._recovery = Recovery(
             self._policy,
@@ -221,17 +184,65 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             build_timeout=weak_method(self._build_timeout),
             break_env=weak_method(self._break),
         )
+        #: the envs the result being built reports truncated (a step) with worker_restarted
+        self._restarted = np.zeros(n, dtype=np.bool_)
+        #: whether the restart bookkeeping has anything to do (the steady step checks only this)
+        self._any_restarted = False
+        # The exchange reaches the front through a weak proxy: holding the front would make a
+        # cycle, and a dropped vector env would keep its workers until the collector ran.
+        front = weakref.proxy(self)
+        #: sending lock-step commands, collecting with the failure policy, closing backends
+        self._exchange = exchange = LockstepExchange(
+            self._backends,
+            self._units,
+            batch.info_block,
+            self._policy,
+            self._recovery,
+            self._restarted,
+            obs,
+            (self.single_action_space, self.action_space),
+            front,
+        )
+        # Bound once: the steady step calls them with no forwarding layer between.
+        self._parts = exchange.parts
+        self._block_parts = exchange.block_parts
+        self._send_step = exchange.send_step
+        # the steady step (``vector.py``) reads them directly
+        self._rewards = batch.rewards
+        self._terminations = batch.terminations
+        self._truncations = batch.truncations
+        self._store_actions = batch.store_actions
+        self._final_in_block = final_obs
+        self._info_block = batch.info_block
+        self._obs_slots = batch.obs_slots
+        self._needs_reset = np.zeros(n, dtype=np.bool_)
+        #: a step's results, as they are handed out
+        results = StepResults(
+            batch,
+            final_obs,
+            self._units,
+            obs,
+            make_merger(self.info_format, n),
+            self._restarted,
+            self._needs_reset,
+            self.autoreset_mode,
+            front,
+        )
+        # Bound once, as the exchange's above
+        self._results = results
+        self._step_results = results.step
+        self._merge_infos = results.merge_infos
+        self._any_ended = results.any_ended
+        #: the pending reset's seeds, mask and named options (a restart during it resets
+        #: with them too)
+        self._reset_request: ResetRequest | None = None
         #: the pending call's env ids (None: every env) and the units it went to
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
-        # The hooks reach the front through a weak proxy: an engine holding the front's bound
-        # methods would make a cycle, and a dropped vector env would keep its workers until
-        # the cycle collector ran.
-        front = weakref.proxy(self)
         #: asynchronous stepping; this front keeps the call state and the observation slot
         self._async = AsyncEngine(
             units=self._units,
-            collect_order=self._collect_order,
+            collect_order=exchange.collect_order,
             batch=batch,
             final_in_block=final_obs,
             env_obs=self._env_obs,
@@ -245,7 +256,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             hooks=FrontHooks(
                 enter=lambda: front._enter_async(),
                 leave=lambda: front._leave_async(),
-                fail=lambda failures, timeout: front._fail(failures, timeout),
+                fail=exchange.fail,
                 broken=lambda units, reason: front._break(units, reason),
                 build_timeout=lambda timeout: front._build_timeout(timeout),
             ),
@@ -280,8 +291,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             rss_of=rss_of,
             # weakly: the recycler is the front's, and a cycle would delay freeing it
             build_timeout=weak_method(self._build_timeout),
-            stored_options=weak_method(self._stored_options),
-            fail=weak_method(self._fail),
+            stored_options=self._reset_options.stored,
+            fail=self._exchange.fail,
             break_env=weak_method(self._break),
         )
 
@@ -365,159 +376,10 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 state.value,
             )
 
-    # --- sending and collecting --------------------------------------------------------------
-
-    def _send(
-        self,
-        command: Command,
-        payload: Any = None,
-        per_unit: Any = None,
-        only: frozenset[int] | None = None,
-    ) -> None:
-        """Send ``command`` to every unit (those of ``only``, by index, when given), but not
-        to those that answer this step with a restart's reset."""
-        skip = self._answered
-        if only is not None:  # an addressed call (never a step: the step path stays as it is)
-            for backend in self._backends:
-                chosen = [u for u in backend.units if u.index in only and u.index not in skip]
-                if chosen:
-                    backend.send(command, payload, per_unit=per_unit, units=chosen)
-            return
-        for backend in self._backends:
-            units = [u for u in backend.units if u.index not in skip] if skip else None
-            backend.send(command, payload, per_unit=per_unit, units=units)
-
-    def _collect(
-        self, state: _State, timeout: float | None, only: frozenset[int] | None = None
-    ) -> list[Part]:
-        """Wait for every unit's answer (each of ``only``'s, when the call went to those) to
-        the pending call and return the parts that say something, in env order (see
-        ``_merge``).
-
-        Failures: with on_worker_failure="raise", a death breaks the env and a timeout returns
-        it to idle (late replies are dropped by seq); both raise. With "restart", each failed
-        unit is replaced and, for a step or reset, its envs reset (see ``_failures``).
-        """
-        if timeout is None:
-            timeout = self.default_timeout
-        restart = self._policy.can_restart
-        what = _WAITING[state]
-        # Units restarted during a call answer this step with their reset (see step_async).
-        answered = self._answered
-        if answered:
-            self._answered = {}
-        try:
-            if only is None:
-                collected = [
-                    b.collect(
-                        timeout,
-                        what,
-                        units=[u for u in b.units if u.index not in answered] if answered else None,
-                        stop_at_death=not restart,
-                    )
-                    for b in self._collect_order
-                ]
-            else:  # an addressed call: only the units it went to
-                collected = []
-                for b in self._collect_order:
-                    units = [u for u in b.units if u.index in only and u.index not in answered]
-                    if units:
-                        collected.append(
-                            b.collect(timeout, what, units=units, stop_at_death=not restart)
-                        )
-        except KeyboardInterrupt:
-            # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
-            self._state = _State.IDLE
-            recovery = self._recovery
-            recovery.pending = {**answered, **recovery.pending}  # still to be reported
-            raise
-        got = [c for c in collected if c is not None]
-        if not got and not answered:  # every unit said a plain OK
-            self._state = _State.IDLE
-            return self._block_parts(self._units.all) if state is _State.WAITING_STEP else []
-        if len(got) == 1 and not answered:
-            return self._parts(state, got[0], timeout, restart)
-        outcomes: dict[int, Outcome] = dict(answered)
-        failures: list[Failure] = []
-        for c in got:
-            outcomes.update(c.outcomes)
-            failures += c.failures
-        return self._parts(state, Collected(outcomes, failures), timeout, restart, answered)
-
-    def _parts(
-        self,
-        state: _State,
-        collected: Collected,
-        timeout: float | None,
-        restart: bool,
-        answered: dict[int, Outcome] | None = None,
-    ) -> list[Part]:
-        """The second half of ``_collect``: failures, then the outcomes that say something.
-        ``answered``: the units that answered with a restart's reset (their outcomes are in
-        ``collected`` already)."""
-        outcomes, failures = collected.outcomes, collected.failures
-        recovered: dict[int, Outcome] = dict(answered) if answered else {}
-        if failures:
-            if restart:
-                restarted = self._recover(state, failures, timeout)
-                outcomes.update(restarted)
-                recovered.update(restarted)
-            else:
-                self._fail(failures, timeout)
-        self._state = _State.IDLE
-        # Only outcomes with something to say become parts; a plain OK adds nothing but the
-        # infos a step left in the block, as all its other results are there already.
-        parts: list[Part] = []
-        errors = []
-        step = state is _State.WAITING_STEP and self._info_block is not None
-        for unit in self._units.all:
-            status, value = outcomes.get(unit.index, PLAIN)
-            if status is Status.OK_PAYLOAD:
-                parts.append((unit.lo, value))
-            elif status is Status.ERROR:
-                errors.append(value)
-            elif step and unit.index not in recovered:  # a restarted unit's reply is a reset's
-                parts += self._block_parts((unit,))
-        raise_first(errors)
-        return parts
-
-    def _fail(self, failures: list[Failure], timeout: float | None) -> NoReturn:
-        error, broken = self._policy.error(failures, timeout)
-        if broken:
-            self._break([f.unit.index for f in failures], failures[0].message)
-        else:
-            self._state = _State.IDLE  # the late replies of the stuck units will be dropped
-        raise error
-
     def _break(self, units: Iterable[int], reason: str) -> None:
         """Broken: every call but ``close()`` and a rebuilding ``reset()`` raises."""
         self._state = _State.BROKEN
         self._recovery.broke(units, reason)
-
-    def _recover(
-        self, state: _State, failures: list[Failure], timeout: float | None
-    ) -> dict[int, Outcome]:
-        """Replace each failed unit and reset its envs (``_failures.Recovery``); for a step or
-        reset, return that reset's outcome as the unit's answer. The step then reports those
-        envs truncated with reward 0 and ``worker_restarted`` in their infos: nothing about
-        the lost transition is made up. A failed call cannot be replayed and raises; its
-        restarted units are reset all the same, and the next step reports them as a step's
-        restart would. A replacement that cannot be built or reset breaks the vector env.
-        """
-        call = state is _State.WAITING_CALL
-        if call and self._obs_slots is not None:
-            self._fresh_obs_slot()  # the resets below must not write into the caller's batch
-        request = self._reset_request if state is _State.WAITING_RESET else None
-        outcomes = self._recovery.restart(failures, timeout, request)
-        if not call:
-            for failure in failures:
-                self._restarted[failure.unit.lo : failure.unit.hi] = True
-            self._any_restarted = True
-            return outcomes
-        self._state = _State.IDLE
-        if self._recovery.hold(outcomes):
-            self._any_restarted = True
-        self._recovery.raise_call_error(failures, timeout, outcomes)
 
     # --- reset -------------------------------------------------------------------------------
 
@@ -576,22 +438,10 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         if broken:
             request.include(self._recovery.rebuild(self._build_timeout(self.default_timeout)))
             self._state = _State.IDLE
-        mask = request.mask
         if self._recycler is not None:  # before the slot pick: the units change
-            self._recycler.on_reset(request.seeds, mask, self.default_timeout)
+            self._recycler.on_reset(request.seeds, request.mask, self.default_timeout)
         self._reset_request = request
-        if self._any_restarted:
-            self._restarted[:] = False
-            # Envs restarted during a call: this reset's infos flag them. (Rebuilt ones are
-            # not flagged: the caller saw the vector env break, and the result is a fresh
-            # env's.)
-            self._any_restarted = bool(self._recovery.take_pending(self._restarted))
-        if self._obs_slots is not None:
-            if mask is None:
-                self._pick_obs_slot()
-            else:
-                self._fresh_obs_slot()  # the envs not reset keep theirs
-        self._send(Command.RESET, per_unit=self._reset_options.payloads(request))
+        self._exchange.send_reset(request, self._reset_options.payloads(request))
         self._state = _State.WAITING_RESET
 
     def set_reset_options(
@@ -626,18 +476,14 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         targets = self._by_unit(ids)
         payloads = self._reset_options.store_payloads(targets)
         only = frozenset(targets)
-        self._send(Command.SET_RESET_OPTIONS, per_unit=payloads, only=only)
+        self._exchange.send(Command.SET_RESET_OPTIONS, per_unit=payloads, only=only)
         self._state = _State.WAITING_CALL
-        self._collect(_State.WAITING_CALL, None, only)
+        self._exchange.collect(_State.WAITING_CALL, None, only)
 
     @property
     def reset_options(self) -> tuple[dict[str, Any] | None, ...]:
         """The options each env's resets get when none are named (:meth:`set_reset_options`)."""
         return tuple(self._reset_options.per_env)
-
-    def _stored_options(self, unit: Unit) -> list[dict[str, Any] | None] | None:
-        """What ``unit``'s envs have stored (for a replacement), or None when nothing is."""
-        return self._reset_options.stored(unit)
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset :meth:`reset_async` started.
@@ -654,11 +500,11 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._finish(_State.WAITING_RESET, "reset_wait")
-        parts = self._collect(_State.WAITING_RESET, timeout)
+        parts = self._exchange.collect(_State.WAITING_RESET, timeout)
         assert self._reset_request is not None
         self._reset_request.done(self._needs_reset)
         self._reset_request = None
-        return self._observations_out(parts), self._merge_infos(parts)
+        return self._obs.out(parts), self._merge_infos(parts)
 
     # --- step --------------------------------------------------------------------------------
 
@@ -711,11 +557,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 (autoreset DISABLED) an ended env was not reset.
         """
         self._begin_step()
-        self._send_step(None, BY_VALUE, list(per_env))
+        self._exchange.send_step(None, BY_VALUE, list(per_env))
         self._state = _State.WAITING_STEP
-
-    def _begin_chunk(self) -> None:
-        self._begin_step(_State.WAITING_CHUNK)
 
     def _begin_step(self, state: _State = _State.WAITING_STEP) -> None:
         self._begin(state)
@@ -725,55 +568,6 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: reset them "
                 "with reset(options={'reset_mask': mask}) before stepping again"
             )
-
-    def _send_step(self, actions: Any, stored: Stored, per_env: list[Any] | None = None) -> None:
-        """Send STEP for ``actions``, which ``store`` has put in the block as ``stored`` says
-        (see ``_spaces.batch_setter``). By value, each env gets its item of
-        ``iterate(action_space, actions)``, exactly as SyncVectorEnv hands it over.
-
-        Raises:
-            ValueError, TypeError: actions by value that are not one per env (nothing sent).
-        """
-        per_unit = None
-        payload = None
-        if stored is BY_VALUE:
-            if per_env is None:
-                check_batch_layout(self.single_action_space, actions, self.num_envs)
-                # numpy values, as from the block
-                actions = without_tensors(self.single_action_space, actions)
-                per_env = per_env_actions(self.action_space, actions, self.num_envs, "one per env")
-            elif len(per_env) != self.num_envs:
-                raise ValueError(
-                    f"expected {self.num_envs} actions, one per env, got {len(per_env)}"
-                )
-
-            values = per_env
-
-            def per_unit(unit: Unit) -> StepPayload:
-                return StepPayload(values[unit.lo : unit.hi])
-
-        elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
-            payload = StepPayload(None, stored)
-        self._prepare_step()
-        if self._recycler is not None:  # their resets write into the slot just picked
-            self._recycler.before_step(self.default_timeout, into=self._answered)
-        self._send(Command.STEP, payload, per_unit=per_unit)
-
-    def _prepare_step(self) -> None:
-        """Before a step's (or a chunk's) command goes out, once nothing was refused: the
-        restart bookkeeping, and the observation slot it writes."""
-        if self._any_restarted:
-            self._restarted[:] = False
-            # Units restarted during a call were reset then: this step reports that reset for
-            # them (truncated, worker_restarted), as a restart during a step does, and does
-            # not step them.
-            self._answered = self._recovery.take_pending(self._restarted)
-            self._any_restarted = bool(self._answered)
-        if self._obs_slots is not None:  # only now: nothing was refused
-            if self._answered:
-                self._fresh_obs_slot([self._units.unit(i) for i in self._answered])
-            else:
-                self._pick_obs_slot()
 
     def step_wait(
         self, timeout: float | None = None
@@ -792,40 +586,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._finish(_State.WAITING_STEP, "step_wait")
-        return self._step_results(self._collect(_State.WAITING_STEP, timeout))
-
-    def _step_results(
-        self, parts: Sequence[Part]
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        if self._any_restarted:
-            # Their episodes were cut short by the restart: truncated, with no reward.
-            self._rewards[self._restarted] = 0.0
-            self._terminations[self._restarted] = False
-            self._truncations[self._restarted] = True
-        recycler = self._recycler
-        if recycler is not None:
-            restarted = self._restarted if self._any_restarted else None
-            recycler.count_episodes(self._rewards, self._terminations, self._truncations, restarted)
-        if self._final_in_block and self._any_ended():  # the final events, in their places
-            assert self._final_obs_rows is not None
-            ended = self._terminations | self._truncations
-            restarted = self._restarted if self._any_restarted else None
-            parts = final_obs_parts(parts, self._units.all, ended, restarted, self._final_obs_rows)
-        if recycler is not None:
-            parts = recycler.same_step(
-                parts, self._terminations, self._truncations, self.default_timeout
-            )
-        obs = self._observations_out(parts)
-        infos = self._merge_infos(parts)
-        if self.autoreset_mode is AutoresetMode.DISABLED:  # only that mode refuses ended envs
-            np.logical_or(self._terminations, self._truncations, out=self._needs_reset)
-        return (
-            obs,
-            self._rewards.copy(),
-            self._terminations.copy(),
-            self._truncations.copy(),
-            infos,
-        )
+        return self._step_results(self._exchange.collect(_State.WAITING_STEP, timeout))
 
     # --- action chunks -----------------------------------------------------------------------
 
@@ -868,7 +629,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             WorkerDiedError, WorkerTimeoutError: a unit died or did not answer in time.
         """
         if self._state is not _State.IDLE or self._recycler is not None:
-            self._begin_chunk()  # raises, naming step_chunk (step() checks the rest again)
+            # raises, naming step_chunk (step() checks the rest again)
+            self._begin_step(_State.WAITING_CHUNK)
             if self._recycler is not None:
                 raise ValueError(
                     "step_chunk is not available with recycle_every or worker_max_rss "
@@ -880,21 +642,21 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             # One sub-step is one step(): the backends' quickest round trip, one command per
             # unit all the same.
             return chunks.one_step(batch, all_obs, self.step)
-        self._begin_chunk()
+        self._begin_step(_State.WAITING_CHUNK)
         views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
-        self._prepare_step()
+        self._exchange.prepare_step()
         parts = self._chunk_exchange(per_unit) if same else None
         if parts is None:
-            self._send(Command.STEP_ENVS, per_unit=per_unit)
+            self._exchange.send(Command.STEP_ENVS, per_unit=per_unit)
             self._state = _State.WAITING_CHUNK
-            parts = self._collect(_State.WAITING_CHUNK, None)
+            parts = self._exchange.collect(_State.WAITING_CHUNK, None)
         return chunks.results(
             parts,
             views,
             batch.chunk,
             all_obs,
-            observations=self._observations,
-            observations_out=self._observations_out,
+            observations=self._obs.observations,
+            observations_out=self._obs.out,
             restarted=self._restarted if self._any_restarted else None,
             needs_reset=self._needs_reset,
         )
@@ -995,89 +757,13 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         """Envs go in flight: from idle, the units write the block's own observation batch
         (slot 0: the engine copies each env's result out of it)."""
         if self._state is _State.IDLE:
-            slots = self._obs_slots
-            if slots is not None:
-                slots.cell[0] = 0
-                self._obs_slot = 0
-                self._observations = slots.batches[0]
+            self._obs.first_slot()
             self._state = _State.ASYNC
 
     def _leave_async(self) -> None:
         """Nothing is in flight or held any more: idle again."""
         if self._state is _State.ASYNC:
             self._state = _State.IDLE
-
-    # --- results -----------------------------------------------------------------------------
-
-    def _pick_obs_slot(self) -> None:
-        """Point the units at a batch of observations the caller holds nothing of."""
-        slots = self._obs_slots
-        assert slots is not None
-        self._obs_slot = slot = slots.pick()
-        self._observations = slots.batches[slot]
-
-    def _fresh_obs_slot(self, units: Iterable[Unit] | None = None) -> None:
-        """:meth:`_pick_obs_slot`, keeping the observations of the current batch in the new
-        one: all of them, or those of ``units``' envs (those the command leaves alone)."""
-        slots = self._obs_slots
-        assert slots is not None
-        previous = self._obs_slot
-        self._pick_obs_slot()
-        if self._obs_slot == previous:
-            return
-        spans = None if units is None else [(unit.lo, unit.hi) for unit in units]
-        for old, new in zip(slots.leaves[previous], slots.leaves[self._obs_slot]):
-            if spans is None:
-                np.copyto(new, old)
-            else:
-                for lo, hi in spans:
-                    new[lo:hi] = old[lo:hi]
-
-    def _any_ended(self) -> bool:
-        """Whether any env terminated or truncated in the last step. ``count_nonzero`` is a
-        plain C call; ``ndarray.any()`` goes through the ufunc machinery (~0.25 against
-        ~1.4 us for 16 envs, twice a SAME_STEP step, on the partner's CPU)."""
-        return bool(np.count_nonzero(self._terminations) or np.count_nonzero(self._truncations))
-
-    def _block_parts(self, units: Iterable[Unit]) -> list[Part]:
-        """The parts of those ``units`` that left their step's infos in the block."""
-        return block_parts(units, self._info_units, self._info_block)
-
-    def _observations_out(self, parts: Sequence[Part]) -> Any:
-        if not self._obs_shared:
-            for lo, data in parts:
-                if data is not None:
-                    for local, value in data.obs or ():
-                        self._env_obs[lo + local] = value
-            if self._obs_split is not None:
-                return self._split_out()
-            self._observations = concatenate(
-                self.single_observation_space, self._env_obs, self._observations
-            )
-            return deepcopy(self._observations) if self.copy else self._observations
-        if self._obs_slot:  # the caller's own batch (see _batch.ObsSlots)
-            obs = self._observations
-            return obs.view() if type(obs) is np.ndarray else view_nest(obs)
-        return copy_nest(self._observations) if self.copy else self._observations
-
-    def _split_out(self) -> Any:
-        """A split nest's batch (``_results.split_batch``) from the batch the units write."""
-        assert self._obs_split is not None
-        slots, slot = self._obs_slots, self._obs_slot
-        fixed = self._obs_fixed if slots is None else slots.leaves[slot]
-        return split_batch(
-            self._obs_split,
-            self._env_obs,
-            self._loose_out,
-            fixed,
-            in_slot=bool(slot),
-            copy=self.copy,
-        )
-
-    def _merge_infos(self, parts: Sequence[Part]) -> Any:
-        """Merge the info events in env order, as SyncVectorEnv would."""
-        restarted = np.flatnonzero(self._restarted).tolist() if self._any_restarted else []
-        return self._merger.merge(parts, restarted)
 
     # --- the envs' generators ----------------------------------------------------------------
 
@@ -1107,7 +793,7 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             UserWarning: the pending-call warning, where warnings are errors; raised after
                 everything is released.
         """
-        if not getattr(self, "_backends", None):  # construction failed before any backend
+        if "_exchange" not in self.__dict__:  # construction failed before any backend
             return
         try:
             if self._state in _ASYNC_NAME:
@@ -1125,21 +811,11 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._close_backends(timeout, terminate)
 
     def _close_backends(self, timeout: float | None, terminate: bool) -> None:
-        bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
-        if timeout is None and self._state is _State.BROKEN:
-            # A worker already died; the rest may be stuck mid-step. Give them a short grace
-            # to close their envs, not the full default: the user is waiting on a crash.
-            bound = BROKEN_CLOSE_TIMEOUT
-        errors: list[BaseException | None] = []
-        for backend in self._collect_order:  # the parent's own envs first
-            if not backend.inline:
-                self._drop_views()  # so that the block unmaps as the workers exit
-            errors.append(backend.close(bound, terminate))
+        broken = self._state is _State.BROKEN
+        error = self._exchange.close(timeout, broken, terminate, self._drop_views)
         self._drop_views()
         self._state = _State.IDLE
         self._released()
-        # A worker's error first (the order of env indices), then the parent's own envs'.
-        error = next((e for e in reversed(errors) if e is not None), None)
         if error is not None:
             self.closed = True
             raise error
@@ -1165,17 +841,12 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             "_terminations",
             "_truncations",
             "_store_actions",
-            "_final_obs_rows",
             "_info_block",
             "_obs_slots",
         ):
             self.__dict__.pop(name, None)
-        chunks = self.__dict__.get("_chunks")
-        if chunks is not None:
-            chunks.drop_views()
-        engine = self.__dict__.get("_async")
-        if engine is not None:
-            engine.drop_views()
-        if getattr(self, "_obs_shared", False) or getattr(self, "_obs_split", None) is not None:
-            self.__dict__.pop("_observations", None)
-            self.__dict__.pop("_obs_fixed", None)
+        # and the components' (each drops its own)
+        for name in ("_chunks", "_async", "_obs", "_exchange", "_results"):
+            component = self.__dict__.get(name)
+            if component is not None:
+                component.drop_views()

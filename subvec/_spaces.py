@@ -444,7 +444,7 @@ def batch_setter(
                 tensor = tensor_as_array(value, spec.dtype, where)
                 if tensor is None:
                     # iterate() hands the envs its items as they are (tensors among them
-                    # become numpy values first: VectorFront._send_step)
+                    # become numpy values first: LockstepExchange.send_step)
                     return BY_VALUE
                 value = given[k] = tensor
             expected = (num_envs, *spec.shape)

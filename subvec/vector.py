@@ -308,7 +308,7 @@ class SubprocVectorEnv(VectorFront):
         self._steady = (
             self._local is None
             and self._obs_shared
-            and type(self._observations) is np.ndarray
+            and type(self._obs.observations) is np.ndarray
             and recycling is None  # whose episode counts are kept on the general path
         )
         if recycling is not None:
@@ -420,9 +420,10 @@ class SubprocVectorEnv(VectorFront):
                 self._final_in_block and self._any_ended()
             ):  # final events implied by the flags, or infos to merge
                 return self._step_results(self._block_parts(self._units.all))
-            obs = self._observations
+            out = self._obs
+            obs = out.observations
             return (
-                obs.view() if self._obs_slot else obs.copy() if self.copy else obs,
+                obs.view() if out.slot else obs.copy() if self.copy else obs,
                 self._rewards.copy(),
                 self._terminations.copy(),
                 self._truncations.copy(),
@@ -438,7 +439,7 @@ class SubprocVectorEnv(VectorFront):
         reset: one encoded command for all, sent and collected as the steady step's are, the
         failures and outcomes through the front's ``_parts``."""
         workers = self._pool.workers
-        if self._local is not None or self._answered or not self._chunk_even:
+        if self._local is not None or self._exchange.answered or not self._chunk_even:
             return None
         payload = proto.encode_step_envs(per_unit(workers[0]))
         self._state = state = _State.WAITING_CHUNK

@@ -83,7 +83,7 @@ def test_parent_never_touches_observation_pages_first() -> None:
     big = spaces.Box(0, 255, shape=(128, 128, 4), dtype=np.uint8)
     envs = SubprocVectorEnv([lambda: ZooEnv(big)] * 4, num_workers=2, numa=TWO_NODES, copy=False)
     try:
-        obs_region = envs._observations
+        obs_region = envs._obs.observations
         assert not any(resident_pages(obs_region)), "obs pages exist before any worker wrote"
         envs.reset(seed=0)
         assert all(resident_pages(obs_region)), "workers wrote every row on reset"

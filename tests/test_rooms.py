@@ -34,6 +34,9 @@ FRONT = (
     "subvec._results",
     "subvec._failures",
     "subvec._setup",
+    "subvec._exchange",
+    "subvec._observations",
+    "subvec._step_results",
 )
 #: What the front may not import: the process backend, Ray, and what they stand on.
 NOT_FOR_THE_FRONT = (

@@ -436,7 +436,7 @@ def test_observation_slots_under_sb3(wrap: Callable[[VecEnv], VecEnv] | None) ->
         for t in range(40):
             previous, value = last, last.copy()
             last = venv.step(sample_actions(venv.action_space, 4, rng))[0]
-            used.add(venv.vector_env._obs_slot)
+            used.add(venv.vector_env._obs.slot)
             assert_same(previous, value, f"the previous batch after step {t}")
         assert used >= {1, 2}, "the slots were not used"
         held, value = last, last.copy()

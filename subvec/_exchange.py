@@ -1,0 +1,348 @@
+"""The front's lock-step exchange: one command to every unit (or some), every answer back.
+
+:class:`LockstepExchange` is the component the front owns for its lock-step calls (reset,
+step, a chunk, call and attributes): it sends a command to the backends' units, skipping those
+that answer this step with a restart's reset, collects their answers (inline backends last to
+be sent, first to be collected: they run while the others' units are busy), hands failures to
+the failure policy, and turns the outcomes into the parts that say something, in env order
+(see ``_merge``). It closes the backends too, the parent's own envs first.
+
+It also owns the failure policy's side of a call (:meth:`LockstepExchange.fail`, and
+:meth:`LockstepExchange.recover`, the restarts of a failed step, reset or call), and a step's
+command (:meth:`LockstepExchange.send_step`: its payloads, and the restart bookkeeping before
+it goes out, the units that answer it with a reset instead), and a reset's (``send_reset``).
+
+It holds named references (the backends, the units, the policy, the recovery, the restart
+flags, the observation batch, the block's infos) and reaches the front through a weak proxy
+only (the call state and what a restart sets of it, the default timeout, ``_break``):
+holding the front would make a cycle, and a dropped vector env would keep its workers until
+the cycle collector ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, Protocol
+
+import numpy as np
+from gymnasium import Space
+
+from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
+from subvec._commands import Command, ResetPayload, Status, StepPayload, raise_first
+from subvec._failures import FailurePolicy, Recovery
+from subvec._infos import InfoBlockReader
+from subvec._merge import Part
+from subvec._observations import ObservationBatch
+from subvec._options import ResetRequest
+from subvec._recycle import Recycler
+from subvec._results import block_parts
+from subvec._spaces import BY_VALUE, Stored, check_batch_layout, per_env_actions, without_tensors
+from subvec._state import _WAITING, _State
+from subvec._units import Units
+
+__all__ = ["BROKEN_CLOSE_TIMEOUT", "DEFAULT_CLOSE_TIMEOUT", "ExchangeFront", "LockstepExchange"]
+
+#: How long close() waits for workers to finish their envs' close() before escalating.
+DEFAULT_CLOSE_TIMEOUT = 10.0
+#: The same bound once a worker has died (the others may be stuck mid-step).
+BROKEN_CLOSE_TIMEOUT = 2.0
+
+
+class ExchangeFront(Protocol):
+    """What the exchange reaches of the front (through a weak proxy)."""
+
+    #: the call state: idle again once a call's answers are in
+    _state: _State
+    #: the bound of a call given none
+    default_timeout: float | None
+    #: whether the restart bookkeeping has anything to do (the steady step checks only this)
+    _any_restarted: bool
+    #: the recycler, where the backend recycles (its resets go out with a step)
+    _recycler: Recycler | None
+    #: the pending reset's (a restart during it resets with it too)
+    _reset_request: ResetRequest | None
+
+    def _break(self, units: Iterable[int], reason: str) -> None: ...
+
+
+class LockstepExchange:
+    """Sends the front's lock-step commands and collects their answers; see the module
+    docstring."""
+
+    def __init__(
+        self,
+        backends: Sequence[Backend],
+        units: Units,
+        info_block: InfoBlockReader | None,
+        policy: FailurePolicy,
+        recovery: Recovery,
+        restarted: np.ndarray,
+        obs: ObservationBatch,
+        action_spaces: tuple[Space[Any], Space[Any]],
+        front: ExchangeFront,
+    ) -> None:
+        self.backends = list(backends)
+        # Inline backends run their share while the others' units are busy: collect them first.
+        self.collect_order = sorted(self.backends, key=lambda b: not b.inline)
+        self.units = units
+        #: the units that write a step's infos into the block (the inline ones do not)
+        self.info_units = frozenset(u.index for b in self.backends if not b.inline for u in b.units)
+        self.info_block = info_block
+        self.policy = policy
+        self.recovery = recovery
+        #: the envs the result being built reports truncated (a step) with worker_restarted
+        self.restarted = restarted
+        self.obs = obs
+        #: the single and the batched action space
+        self.action_spaces = action_spaces
+        #: a weak proxy of the front
+        self.front = front
+        #: units this step does not send to, and their answers (restarted during a call)
+        self.answered: dict[int, Outcome] = {}
+
+    def send(
+        self,
+        command: Command,
+        payload: Any = None,
+        per_unit: Any = None,
+        only: frozenset[int] | None = None,
+    ) -> None:
+        """Send ``command`` to every unit (those of ``only``, by index, when given), but not
+        to those that answer this step with a restart's reset."""
+        skip = self.answered
+        if only is not None:  # an addressed call (never a step: the step path stays as it is)
+            for backend in self.backends:
+                chosen = [u for u in backend.units if u.index in only and u.index not in skip]
+                if chosen:
+                    backend.send(command, payload, per_unit=per_unit, units=chosen)
+            return
+        for backend in self.backends:
+            units = [u for u in backend.units if u.index not in skip] if skip else None
+            backend.send(command, payload, per_unit=per_unit, units=units)
+
+    def collect(
+        self, state: _State, timeout: float | None, only: frozenset[int] | None = None
+    ) -> list[Part]:
+        """Wait for every unit's answer (each of ``only``'s, when the call went to those) to
+        the pending call and return the parts that say something, in env order (see
+        ``_merge``).
+
+        Failures: with on_worker_failure="raise", a death breaks the env and a timeout returns
+        it to idle (late replies are dropped by seq); both raise. With "restart", each failed
+        unit is replaced and, for a step or reset, its envs reset (see ``_failures``).
+        """
+        if timeout is None:
+            timeout = self.front.default_timeout
+        restart = self.policy.can_restart
+        what = _WAITING[state]
+        # Units restarted during a call answer this step with their reset (see step_async).
+        answered = self.answered
+        if answered:
+            self.answered = {}
+        try:
+            if only is None:
+                collected = [
+                    b.collect(
+                        timeout,
+                        what,
+                        units=[u for u in b.units if u.index not in answered] if answered else None,
+                        stop_at_death=not restart,
+                    )
+                    for b in self.collect_order
+                ]
+            else:  # an addressed call: only the units it went to
+                collected = []
+                for b in self.collect_order:
+                    units = [u for u in b.units if u.index in only and u.index not in answered]
+                    if units:
+                        collected.append(
+                            b.collect(timeout, what, units=units, stop_at_death=not restart)
+                        )
+        except KeyboardInterrupt:
+            # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
+            self.front._state = _State.IDLE
+            recovery = self.recovery
+            recovery.pending = {**answered, **recovery.pending}  # still to be reported
+            raise
+        got = [c for c in collected if c is not None]
+        if not got and not answered:  # every unit said a plain OK
+            self.front._state = _State.IDLE
+            return self.block_parts(self.units.all) if state is _State.WAITING_STEP else []
+        if len(got) == 1 and not answered:
+            return self.parts(state, got[0], timeout, restart)
+        outcomes: dict[int, Outcome] = dict(answered)
+        failures: list[Failure] = []
+        for c in got:
+            outcomes.update(c.outcomes)
+            failures += c.failures
+        return self.parts(state, Collected(outcomes, failures), timeout, restart, answered)
+
+    def parts(
+        self,
+        state: _State,
+        collected: Collected,
+        timeout: float | None,
+        restart: bool,
+        answered: dict[int, Outcome] | None = None,
+    ) -> list[Part]:
+        """The second half of :meth:`collect`: failures, then the outcomes that say
+        something. ``answered``: the units that answered with a restart's reset (their
+        outcomes are in ``collected`` already)."""
+        outcomes, failures = collected.outcomes, collected.failures
+        recovered: dict[int, Outcome] = dict(answered) if answered else {}
+        if failures:
+            if restart:
+                restarted = self.recover(state, failures, timeout)
+                outcomes.update(restarted)
+                recovered.update(restarted)
+            else:
+                self.fail(failures, timeout)
+        self.front._state = _State.IDLE
+        # Only outcomes with something to say become parts; a plain OK adds nothing but the
+        # infos a step left in the block, as all its other results are there already.
+        parts: list[Part] = []
+        errors = []
+        step = state is _State.WAITING_STEP and self.info_block is not None
+        for unit in self.units.all:
+            status, value = outcomes.get(unit.index, PLAIN)
+            if status is Status.OK_PAYLOAD:
+                parts.append((unit.lo, value))
+            elif status is Status.ERROR:
+                errors.append(value)
+            elif step and unit.index not in recovered:  # a restarted unit's reply is a reset's
+                parts += self.block_parts((unit,))
+        raise_first(errors)
+        return parts
+
+    def fail(self, failures: list[Failure], timeout: float | None) -> NoReturn:
+        """Raise the error of ``failures`` as the policy says: a death breaks the vector env,
+        a hang leaves it idle."""
+        error, broken = self.policy.error(failures, timeout)
+        if broken:
+            self.front._break([f.unit.index for f in failures], failures[0].message)
+        else:
+            self.front._state = _State.IDLE  # the late replies of the stuck units are dropped
+        raise error
+
+    def recover(
+        self, state: _State, failures: list[Failure], timeout: float | None
+    ) -> dict[int, Outcome]:
+        """Replace each failed unit and reset its envs (``_failures.Recovery``); for a step or
+        reset, return that reset's outcome as the unit's answer. The step then reports those
+        envs truncated with reward 0 and ``worker_restarted`` in their infos: nothing about
+        the lost transition is made up. A failed call cannot be replayed and raises; its
+        restarted units are reset all the same, and the next step reports them as a step's
+        restart would. A replacement that cannot be built or reset breaks the vector env.
+        """
+        front = self.front
+        call = state is _State.WAITING_CALL
+        if call and self.obs.slots is not None:
+            self.obs.fresh_slot()  # the resets below must not write into the caller's batch
+        request = front._reset_request if state is _State.WAITING_RESET else None
+        outcomes = self.recovery.restart(failures, timeout, request)
+        if not call:
+            for failure in failures:
+                self.restarted[failure.unit.lo : failure.unit.hi] = True
+            front._any_restarted = True
+            return outcomes
+        front._state = _State.IDLE
+        if self.recovery.hold(outcomes):
+            front._any_restarted = True
+        self.recovery.raise_call_error(failures, timeout, outcomes)
+
+    def send_step(self, actions: Any, stored: Stored, per_env: list[Any] | None = None) -> None:
+        """Send STEP for ``actions``, which ``store`` has put in the block as ``stored`` says
+        (see ``_spaces.batch_setter``). By value, each env gets its item of
+        ``iterate(action_space, actions)``, exactly as SyncVectorEnv hands it over.
+
+        Raises:
+            ValueError, TypeError: actions by value that are not one per env (nothing sent).
+        """
+        per_unit = None
+        payload = None
+        single, space = self.action_spaces
+        n = len(self.restarted)
+        if stored is BY_VALUE:
+            if per_env is None:
+                check_batch_layout(single, actions, n)
+                # numpy values, as from the block
+                actions = without_tensors(single, actions)
+                per_env = per_env_actions(space, actions, n, "one per env")
+            elif len(per_env) != n:
+                raise ValueError(f"expected {n} actions, one per env, got {len(per_env)}")
+
+            values = per_env
+
+            def per_unit(unit: Unit) -> StepPayload:
+                return StepPayload(values[unit.lo : unit.hi])
+
+        elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
+            payload = StepPayload(None, stored)
+        self.prepare_step()
+        recycler = self.front._recycler
+        if recycler is not None:  # their resets write into the slot just picked
+            recycler.before_step(self.front.default_timeout, into=self.answered)
+        self.send(Command.STEP, payload, per_unit=per_unit)
+
+    def send_reset(self, request: ResetRequest, per_unit: Callable[[Unit], ResetPayload]) -> None:
+        """Send RESET for ``request`` with each unit's payload from ``per_unit``, after the
+        restart bookkeeping and the pick of the observation slot it writes."""
+        front = self.front
+        if front._any_restarted:
+            self.restarted[:] = False
+            # Envs restarted during a call: this reset's infos flag them. (Rebuilt ones are
+            # not flagged: the caller saw the vector env break, and the result is a fresh
+            # env's.)
+            front._any_restarted = bool(self.recovery.take_pending(self.restarted))
+        if self.obs.slots is not None:
+            if request.mask is None:
+                self.obs.pick_slot()
+            else:
+                self.obs.fresh_slot()  # the envs not reset keep theirs
+        self.send(Command.RESET, per_unit=per_unit)
+
+    def prepare_step(self) -> None:
+        """Before a step's (or a chunk's) command goes out, once nothing was refused: the
+        restart bookkeeping, and the observation slot it writes."""
+        front = self.front
+        if front._any_restarted:
+            self.restarted[:] = False
+            # Units restarted during a call were reset then: this step reports that reset for
+            # them (truncated, worker_restarted), as a restart during a step does, and does
+            # not step them.
+            self.answered = answered = self.recovery.take_pending(self.restarted)
+            front._any_restarted = bool(answered)
+        obs = self.obs
+        if obs.slots is not None:  # only now: nothing was refused
+            if answered := self.answered:
+                obs.fresh_slot([self.units.unit(i) for i in answered])
+            else:
+                obs.pick_slot()
+
+    def block_parts(self, units: Iterable[Unit]) -> list[Part]:
+        """The parts of those ``units`` that left their step's infos in the block."""
+        return block_parts(units, self.info_units, self.info_block)
+
+    def close(
+        self, timeout: float | None, broken: bool, terminate: bool, drop_views: Callable[[], None]
+    ) -> BaseException | None:
+        """Close every backend within ``timeout`` seconds (None: ``DEFAULT_CLOSE_TIMEOUT``,
+        or ``BROKEN_CLOSE_TIMEOUT`` for a ``broken`` vector env), the parent's own envs first,
+        calling ``drop_views`` before a process backend's close, so that a shared block
+        unmaps as its workers exit; the first error to raise (a worker's before the parent's
+        own envs'), or None."""
+        bound = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
+        if timeout is None and broken:
+            # A worker already died; the rest may be stuck mid-step. Give them a short grace
+            # to close their envs, not the full default: the user is waiting on a crash.
+            bound = BROKEN_CLOSE_TIMEOUT
+        errors: list[BaseException | None] = []
+        for backend in self.collect_order:
+            if not backend.inline:
+                drop_views()
+            errors.append(backend.close(bound, terminate))
+        return next((e for e in reversed(errors) if e is not None), None)
+
+    def drop_views(self) -> None:
+        """Drop the reference to the block's infos (a shared block unmaps without it)."""
+        self.info_block = None

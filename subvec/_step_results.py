@@ -1,0 +1,133 @@
+"""A lock-step step's results, as the front hands them out.
+
+:class:`StepResults` is the component the front owns for them: the envs a restart cut short
+written over (truncated, no reward), recycling's episode counts and same-step resets, the
+final observations in their places, the observation batch, the infos merged in env order, and
+copies of the flags and rewards. It holds the batch arrays it reads and reaches the front
+through a weak proxy only (whether any env restarted, the recycler, the default timeout):
+holding the front would make a cycle, and a dropped vector env would keep its workers until the
+cycle collector ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from gymnasium.vector.vector_env import AutoresetMode
+
+from subvec._batch import BatchViews
+from subvec._merge import InfoMerger, Part
+from subvec._observations import ObservationBatch
+from subvec._recycle import Recycler
+from subvec._results import final_obs_parts
+from subvec._units import Units
+
+__all__ = ["StepFront", "StepResults"]
+
+
+class StepFront(Protocol):
+    """What the step's results reach of the front (through a weak proxy)."""
+
+    #: whether the restart bookkeeping has anything to do
+    _any_restarted: bool
+    #: the recycler, where the backend recycles
+    _recycler: Recycler | None
+    #: the bound of a call given none (recycling's same-step resets)
+    default_timeout: float | None
+
+
+class StepResults:
+    """A lock-step step's results; see the module docstring.
+
+    Args:
+        batch: the backend's batch arrays.
+        final_in_block: whether the units leave the final observations in the block.
+        units: the front's units.
+        obs: the observation batch.
+        merger: the info merger of the front's ``info_format``.
+        restarted: the envs a restart cut short (the front's flags, written by the exchange).
+        needs_reset: the envs that ended (autoreset DISABLED refuses to step them).
+        autoreset_mode: the vector env's.
+        front: a weak proxy of the front.
+    """
+
+    def __init__(
+        self,
+        batch: BatchViews,
+        final_in_block: bool,
+        units: Units,
+        obs: ObservationBatch,
+        merger: InfoMerger,
+        restarted: np.ndarray,
+        needs_reset: np.ndarray,
+        autoreset_mode: AutoresetMode,
+        front: StepFront,
+    ) -> None:
+        self.rewards = batch.rewards
+        self.terminations = batch.terminations
+        self.truncations = batch.truncations
+        self.final_in_block = final_in_block
+        self.final_obs_rows = batch.final_obs_rows
+        self.units = units
+        self.obs = obs
+        self.merger = merger
+        self.restarted = restarted
+        self.needs_reset = needs_reset
+        self.disabled = autoreset_mode is AutoresetMode.DISABLED
+        self.front = front
+
+    def step(
+        self, parts: Sequence[Part]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """``(observations, rewards, terminations, truncations, infos)`` of the step whose
+        answers are ``parts`` (the fixed-size results are in the batch arrays already)."""
+        # The batch arrays are not kept in this frame: if the merge raises, a traceback the
+        # caller keeps would hold them, and through them the shared block, open after close().
+        front = self.front
+        restarted = self.restarted if front._any_restarted else None
+        if restarted is not None:
+            # Their episodes were cut short by the restart: truncated, with no reward.
+            self.rewards[restarted] = 0.0
+            self.terminations[restarted] = False
+            self.truncations[restarted] = True
+        recycler = front._recycler
+        if recycler is not None:
+            recycler.count_episodes(self.rewards, self.terminations, self.truncations, restarted)
+        if self.final_in_block and self.any_ended():  # the final events, in their places
+            assert self.final_obs_rows is not None
+            ended = self.terminations | self.truncations
+            parts = final_obs_parts(parts, self.units.all, ended, restarted, self.final_obs_rows)
+        if recycler is not None:
+            parts = recycler.same_step(
+                parts, self.terminations, self.truncations, front.default_timeout
+            )
+        obs = self.obs.out(parts)
+        infos = self.merge_infos(parts)
+        if self.disabled:  # only that mode refuses ended envs
+            np.logical_or(self.terminations, self.truncations, out=self.needs_reset)
+        return (
+            obs,
+            self.rewards.copy(),
+            self.terminations.copy(),
+            self.truncations.copy(),
+            infos,
+        )
+
+    def any_ended(self) -> bool:
+        """Whether any env terminated or truncated in the last step. ``count_nonzero`` is a
+        plain C call; ``ndarray.any()`` goes through the ufunc machinery (~0.25 against
+        ~1.4 us for 16 envs, twice a SAME_STEP step, on the partner's CPU)."""
+        return bool(np.count_nonzero(self.terminations) or np.count_nonzero(self.truncations))
+
+    def merge_infos(self, parts: Sequence[Part]) -> Any:
+        """Merge the info events in env order, as SyncVectorEnv would."""
+        flagged = self.front._any_restarted
+        restarted = np.flatnonzero(self.restarted).tolist() if flagged else []
+        return self.merger.merge(parts, restarted)
+
+    def drop_views(self) -> None:
+        """Drop the references to the block's arrays (a shared block unmaps without them)."""
+        for name in ("rewards", "terminations", "truncations", "final_obs_rows"):
+            self.__dict__.pop(name, None)
