@@ -417,7 +417,7 @@ IMPL_LABELS = {
 
 def usable_cpus() -> int:
     """Affinity capped by a cgroup CPU quota, as subvec's defaults count them."""
-    from subvec._topology import usable_cpus as subvec_usable_cpus
+    from subvec._process.topology import usable_cpus as subvec_usable_cpus
 
     return subvec_usable_cpus()
 

@@ -12,8 +12,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from subvec._gpus import GpuTopology, discover_gpus
-from subvec._topology import Topology, describe_placement, discover, plan_placement
+from subvec._process.gpus import GpuTopology, discover_gpus
+from subvec._process.topology import Topology, describe_placement, discover, plan_placement
 
 #: The fake server: NUMA node -> CPUs, and GPU PCI bus id -> its node.
 FAKE_NODES = {0: "0-15", 1: "16-31"}

@@ -1,51 +1,60 @@
 """subvec: fast, trustworthy process-based vector environments.
 
-General layout (lower layers never import higher ones):
+Layout: two rooms and what they share (tests/test_rooms.py holds the rules: the front imports
+no process or Ray module, no backend imports the front, no import cycle).
 
+Shared by both rooms (flat):
     _requires         what must be installed (checked first)
     errors            the exception hierarchy
     _commands         what the front and every backend say: commands, payload records, the
                       reply record (UnitReply), remote errors
-    _protocol         the pipe wire: framing, the block's attach spec, STEP_ENVS bytes
-    _spaces, _shm     space -> shared-memory layout; the block and its views
-    _seeding          seed -> per-env seeds
-    _slab             EnvSlab: stepping k envs in-process, action chunks too (no multiprocessing)
-    _infos, _merge    infos on the wire and in the block; one merger per info_format
-    _batch            the batch arrays the front reads, whichever backend made them
-    _block            the block's schema: regions, observation slots, row binding (both sides)
-    _chunks           the chunk block (per-sub-step results) and one chunk run on a unit
-    _plan             the process layout: workers, env ranges, spin, partner (a pure function)
-    _gpus             GPU discovery, the EGL index, a worker's GPU and worker_env variables
-    _topology         NUMA discovery and placement (next to the workers' GPUs)
-    _starts           start tokens (max_concurrent_starts) and factory retries (build_retries)
-    _bootstrap        how a worker starts: no re-run of the script, the parent's env registry,
-                      the kernel-level tie to the parent's life
-    _threads          thread caps inside a worker (environment, loaded BLAS, torch)
-    _worker           the worker process: cap threads, set its environment, pin, build envs,
-                      serve commands
     _backend          the face every backend shows the front (units, send, collect, restart)
-    _units            the front's map of units and the one replace-and-reset driver
-    _results          per-env results out of a unit's reply (lock-step and async alike),
-                      the lock-step results off the steady path
-    _pool, _local     backends: worker processes; the parent's own envs (parent_envs)
-    _failures         the failure policy (raise, or restart and report) and the front's
-                      recovery: lock-step restarts, broken state, rebuilds
-    _stats            per-worker statistics (stats()) and a process's resident memory
-    _recycle          recycling: workers replaced between episodes (the front's Recycler)
-    _state            the front's call states and guard errors (shared with its components)
-    _options          reset options: the reset(options=) forms, the mask, stored options
-    _async            the front's asynchronous engine: async_reset/send/recv/drain
-    _calls            the front's mixin: call, get_attr, set_attr, render
-    _chunk_front      step_chunk's component of the front (action chunks run inside the units)
+    _batch            the batch arrays the front reads, whichever backend made them
+    _spaces           space -> layout of the batch and rows; action and observation leaves
+    _seeding          seed -> per-env seeds
+    _slab             EnvSlab: stepping k envs in-process, action chunks too
+    _infos            infos on the wire and in the block
     _pickling         what travels by value to a worker or actor (cloudpickle, file names kept)
-    _setup            the front's construction: hellos, option checks, spaces, nest copies
-    _exchange         the front's lock-step exchange: send a command to the units, collect
-                      with the failure policy (restarts), the answers as parts, close
-    _observations     the front's observation batch: slots, by-value observations, the batch
-                      handed out
-    _step_results     the front's step results: restarted envs, final observations, infos
-    _front            the gymnasium VectorEnv contract over backends
+
+_front/: the gymnasium VectorEnv contract over any backend
+    front             VectorFront: the state machine and the public calls
+    setup             construction: hellos, option checks, spaces, nest copies
+    state             the call states and guard errors (shared with its components)
+    units             the map of units and the one replace-and-reset driver
+    exchange          the lock-step exchange: commands to the units, collect with the
+                      failure policy, the answers as parts, close
+    recovery          the failure policy and lock-step recovery: restarts, broken state
+    options           reset options: the reset(options=) forms, the mask, stored options
+    observations      the observation batch: slots, by-value observations, the batch out
+    step_results      a step's results: restarted envs, final observations, infos
+    results           per-env results out of a unit's reply (lock-step and async alike)
+    merge             one info merger per info_format
+    stepping          the asynchronous engine: async_reset/send/recv/drain
+    chunk             step_chunk's component (action chunks run inside the units)
+    recycle           recycling: workers replaced between episodes
+    calls             the mixin for call, get_attr, set_attr, render
+
+_process/: the process backend
+    plan              the layout: workers, env ranges, spin, partner (a pure function)
+    shm, block        shared segments and their views; the block's schema and row binding
+    wire              the pipe wire: framing, the block's attach spec, STEP_ENVS bytes
+    wake              the futex protocol's words, the probe and the choice of protocol
+    chunks            the chunk block (per-sub-step results) and one chunk run on a unit
+    gpus, topology    GPU discovery and variables; NUMA discovery and placement
+    starts            start tokens (max_concurrent_starts) and factory retries
+    bootstrap         how a worker starts: no re-run of the script, the registry, the tie
+                      to the parent's life
+    threads           thread caps inside a worker (environment, loaded BLAS, torch)
+    worker            the worker process: cap threads, set its environment, pin, build envs,
+                      serve commands
+    pool, pool_*      the worker processes as a backend: records and cleanup, the futex
+                      waits, the pipes' quick round trip
+    local             the parent's own envs (parent_envs) as a backend
+    stats             per-worker statistics (stats()) and a process's resident memory
+
+Public classes and faces (they see both rooms):
     vector            SubprocVectorEnv: the process backend's public class
+    _inproc           InProcessVectorEnv: the front over the parent's own envs (tests)
     proxy             remote(envs): attribute-style forwarding to any vector env's call()
     factory           make_vec (and the kwargs checks the SB3 face reuses)
     _sb3_ops          per-env operations the SB3 face runs in the workers (no SB3 import)

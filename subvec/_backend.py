@@ -1,12 +1,12 @@
 """The face every backend shows the front: units of envs that take commands and answer.
 
-The front (``subvec._front``) knows the gymnasium contract; a backend knows how envs run. A
+The front (``subvec._front.front``) knows the gymnasium contract; a backend knows how envs run. A
 *unit* is the backend's unit of scheduling: a worker process and its consecutive envs
 ``lo..hi-1``, the parent's own envs (``parent_envs``), or a Ray actor. The front speaks
 to every backend the same way:
 
 - ``send(command, payload | per_unit, units)``: start a command on a set of units (all by
-  default); payloads are the protocol's records (``_protocol``), as Python objects: the
+  default); payloads are the protocol's records (``_process.wire``), as Python objects: the
   backend decides how they travel (pickled over a pipe, kept in-process, a Ray call);
 - ``collect(timeout, what, units, stop_at_death)``: wait for those units' answers, and return
   each unit's :data:`Outcome` and the :class:`Failure` of each unit that died or did not
@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from subvec._commands import Command, Status
 from subvec.errors import WorkerDiedError, WorkerTimeoutError
 
-__all__ = ["PLAIN", "Backend", "Collected", "Failure", "Outcome", "Unit"]
+__all__ = ["PLAIN", "Backend", "Collected", "Failure", "Outcome", "RestartRecord", "Unit"]
 
 #: A unit's answer: ``(Status.OK, None)``, ``(Status.OK_PAYLOAD, the decoded payload)`` or
 #: ``(Status.ERROR, the env's exception, rebuilt with its type, env index and traceback)``.
@@ -114,3 +114,16 @@ class Backend(Protocol):
     def dead(self) -> list[Any]: ...
 
     def close(self, timeout: float, terminate: bool) -> BaseException | None: ...
+
+
+@dataclass(frozen=True)
+class RestartRecord:
+    """One worker replacement: which worker, which envs, why, and when (monotonic). The
+    reason of a replacement that failed to start ends with ``its replacement failed: ...``.
+    Kept by the front (``restarts``, ``recycles``, ``rebuilds``), reported by the backends'
+    statistics."""
+
+    worker: int
+    env_indices: tuple[int, ...]
+    reason: str
+    time: float

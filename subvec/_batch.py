@@ -2,12 +2,12 @@
 
 A backend hands the front its batch once (:class:`BatchViews`): rewards, flags, the
 observation batch and the action store. The process backend binds them to its shared block
-(``_block.bind_batch``), the in-process backend to the same layout in its own memory, Ray to
+(``_process.block.bind_batch``), the in-process backend to the same layout in its own memory, Ray to
 plain arrays its actors' answers are copied into. Observation slots (:class:`ObsSlots`) are
 batches handed to the caller as views, picked by who still holds them. An action chunk's
 per-sub-step arrays come from the backend too (:class:`ChunkBlock`, made by a
 :class:`ChunkRooms`; Ray's are :class:`PlainChunkRooms`, the process backend's a
-shared-memory segment, ``_chunks.BlockRooms``).
+shared-memory segment, ``_process.chunks.BlockRooms``).
 
 Nothing here knows how the arrays are shared: the front imports this module, never the
 process backend's.

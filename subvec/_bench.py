@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from subvec._topology import usable_cpus
+from subvec._process.topology import usable_cpus
 
 __all__ = ["IMPLEMENTATIONS", "add_cli_parser", "run_bench", "run_tune", "tune_layouts"]
 

@@ -1,8 +1,8 @@
 """What the front and every backend say to each other: the commands, their payload records,
 the statuses, the reply record and the errors raised in an env, rebuilt in the parent.
 
-Backend-neutral: the process backend frames these records on its pipes (``_protocol``), the
-parent's own envs take them as Python objects (``_local``) and Ray carries them in actor
+Backend-neutral: the process backend frames these records on its pipes (``_process.wire``), the
+parent's own envs take them as Python objects (``_process.local``) and Ray carries them in actor
 calls (``_ray``). Nothing here knows pipes, processes or Ray.
 """
 
@@ -72,14 +72,14 @@ class Status(IntEnum):
 class WorkerHello:
     """READY: where the worker runs and what its envs look like (sent once its envs are built)."""
 
-    #: the process backend's ``_topology.PlacementReport`` (typed loosely here: the vocabulary
-    #: imports no backend's module)
+    #: the process backend's ``_process.topology.PlacementReport`` (typed loosely here: the
+    #: vocabulary imports no backend's module)
     placement: Any
     observation_spaces: list[Any]
     action_spaces: list[Any]
     metadata: dict[str, Any]
     render_mode: str | None
-    #: failed attempts of factories that were tried again (``build_retries``; ``_starts``)
+    #: failed attempts of factories that were tried again (``build_retries``; ``_process.starts``)
     build_failures: list[Any] = field(default_factory=list)
 
 
@@ -118,10 +118,10 @@ class ResetOptionsPayload(NamedTuple):
 
 
 class ChunkBlockSpec(NamedTuple):
-    """The chunk block (``_chunks``): its segment's name (None where a backend keeps the
+    """The chunk block (``_process.chunks``): its segment's name (None where a backend keeps the
     chunk's arrays itself: Ray), for ``num_envs`` envs and chunks of up to ``capacity``
     sub-steps, with or without observation rows. A unit derives the layout from these and
-    its spaces (``_chunks.plan_chunk_block``)."""
+    its spaces (``_process.chunks.plan_chunk_block``)."""
 
     name: str | None
     num_envs: int
@@ -135,7 +135,7 @@ class StepEnvsPayload(NamedTuple):
     reply is ``(infos, observations, errors)``: an env that raises is reported in ``errors``
     as ``(local env, ErrorRecord)`` and the others still step.
 
-    With ``substeps`` K > 1 it is an action chunk (``step_chunk``; ``_chunks.run_chunk``):
+    With ``substeps`` K > 1 it is an action chunk (``step_chunk``; ``_process.chunks.run_chunk``):
     each env runs K sub-steps before the unit answers, the actions and per-sub-step results
     in the chunk block ``block`` (actions by value: the unit's rows of each action leaf,
     ``(envs, K, *shape)``). The reply is then a :class:`UnitReply` with chunk events

@@ -1,9 +1,9 @@
 """InProcessVectorEnv: the front over the parent's own envs only, every env local.
 
-No worker process, no pipe and no shared segment: one :class:`~subvec._local.LocalShare`
-holds every env, and the batch arrays are the block's layout (``_block.plan_block``) in this
+No worker process, no pipe and no shared segment: one :class:`~subvec._process.local.LocalShare`
+holds every env, and the batch arrays are the block's layout (``_process.block.plan_block``) in this
 process's own memory, so the envs step into their rows exactly as ``parent_envs`` do. What
-runs here is the whole gymnasium contract of the front (``_front``: lock-step and
+runs here is the whole gymnasium contract of the front (``_front.front``: lock-step and
 asynchronous stepping, masked resets, calls, the info formats, the autoreset modes), which is
 what the conformance axis holds to SyncVectorEnv in milliseconds per case (tests/vectorisers.py).
 
@@ -20,12 +20,12 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec._block import bind_batch, plan_block
-from subvec._chunks import BlockRooms
-from subvec._front import VectorFront
-from subvec._local import LocalShare
-from subvec._setup import Hello, ObservationMode
-from subvec._shm import BlockLayout, layout_views
+from subvec._front.front import VectorFront
+from subvec._front.setup import Hello, ObservationMode
+from subvec._process.block import bind_batch, plan_block
+from subvec._process.chunks import BlockRooms
+from subvec._process.local import LocalShare
+from subvec._process.shm import BlockLayout, layout_views
 
 __all__ = ["InProcessVectorEnv"]
 

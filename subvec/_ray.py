@@ -39,7 +39,6 @@ from ray.util.placement_group import remove_placement_group
 
 from subvec import _spaces
 from subvec._backend import PLAIN, Collected, Failure, Unit
-from subvec._block import ActionRegions, _act, _action_itemsize
 from subvec._commands import (
     CallPayload,
     Command,
@@ -54,6 +53,7 @@ from subvec._commands import (
     with_remote_cause,
 )
 from subvec._infos import InfoEvent
+from subvec._process.block import ActionRegions, _act, _action_itemsize
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
@@ -183,7 +183,7 @@ class EnvActor:
         self._same_step = False
         self._obs_by_value = False
         try:
-            from subvec._bootstrap import adopt_registry
+            from subvec._process.bootstrap import adopt_registry
 
             if registry is not None:
                 adopt_registry(registry)
@@ -821,7 +821,7 @@ def _reap(pids: Sequence[int | None], wait: float = 0.0) -> None:
     known = [pid for pid in pids if pid is not None]
     if not known:
         return
-    from subvec._shm import _pid_alive, remove_stale_segments
+    from subvec._process.shm import _pid_alive, remove_stale_segments
 
     deadline = time.monotonic() + wait
     while any(_pid_alive(pid) for pid in known) and time.monotonic() < deadline:

@@ -3,8 +3,8 @@
 This module knows nothing about processes, pipes or shared memory: it reads actions from and
 writes observations, rewards and flags into whatever arrays it is given, and returns the infos
 as a list of ``(local_env, info)`` events in the exact order SyncVectorEnv would merge them. A
-worker process wraps it, and so does the parent for its own envs (``_local``); tests drive it
-directly.
+worker process wraps it, and so does the parent for its own envs (``_process.local``); tests drive
+it directly.
 
 The autoreset logic mirrors gymnasium 1.x SyncVectorEnv so that results are byte-identical:
 
@@ -80,7 +80,7 @@ class SlabArrays:
     split_obs: Callable[[Any, int], Any] | None = None
     read_action: Callable[[int], Any] | None = None
     #: ``action_reader(dtypes)``: a ``read_action`` for a batch the parent stored in other
-    #: dtypes than the space's (one per leaf; see ``_block.ActionRegions``)
+    #: dtypes than the space's (one per leaf; see ``_process.block.ActionRegions``)
     action_reader: Callable[[tuple[str, ...]], Callable[[int], Any]] | None = None
     #: SAME_STEP: ``store(final_obs, i) -> bool`` keeps an ended env's final observation in
     #: the block when it fits it exactly (type, dtype, shape); see :class:`FinalObsInBlock`

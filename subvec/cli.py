@@ -13,7 +13,9 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="subvec", description="subvec command line tools")
     sub = parser.add_subparsers(dest="command", required=True)
-    from subvec import _bench, _shm, _topology
+    from subvec import _bench
+    from subvec._process import shm as _shm
+    from subvec._process import topology as _topology
 
     _topology.add_cli_parser(sub)
     _shm.add_cli_parser(sub)

@@ -4,7 +4,7 @@ Every error subvec raises on its own account derives from :class:`SubvecError` a
 builtin it resembles, so ``except TimeoutError`` or ``except RuntimeError`` keep working for code
 written against gymnasium's ``AsyncVectorEnv``.  Exceptions raised *inside an environment* are
 re-raised in the parent as instances of both their original type and :class:`EnvError` (see
-``subvec._protocol.rebuild_remote_error``).
+``subvec._process.wire.rebuild_remote_error``).
 """
 
 from __future__ import annotations

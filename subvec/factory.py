@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
-from subvec._front import ResetOptions, VectorFront
+from subvec._front.front import ResetOptions, VectorFront
 from subvec._seeding import SeedArg
 from subvec.vector import SubprocVectorEnv
 

@@ -37,13 +37,16 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from subvec import _spaces
+from subvec._backend import RestartRecord
 from subvec._batch import BatchViews
-from subvec._bootstrap import registry_snapshot
-from subvec._failures import DEFAULT_MAX_RESTARTS, RestartRecord
-from subvec._front import VectorFront
-from subvec._gpus import WorkerEnvSpec, check_worker_env
+from subvec._front.front import VectorFront
+from subvec._front.recovery import DEFAULT_MAX_RESTARTS
+from subvec._front.setup import Hello, ObservationMode
 from subvec._pickling import pickle_factories
-from subvec._plan import check_max_concurrency, split
+from subvec._process.bootstrap import registry_snapshot
+from subvec._process.gpus import WorkerEnvSpec, check_worker_env
+from subvec._process.plan import check_max_concurrency, split
+from subvec._process.starts import check_build_retries
 from subvec._ray import (
     RELEASE_GRACE,
     THREAD_CAPS,
@@ -54,8 +57,6 @@ from subvec._ray import (
     alive_nodes,
     release,
 )
-from subvec._setup import Hello, ObservationMode
-from subvec._starts import check_build_retries
 from subvec.errors import PlacementError
 
 __all__ = ["ActorPlacement", "RayVectorEnv"]

@@ -43,7 +43,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from subvec._front import VectorFront
+from subvec._front.front import VectorFront
 from subvec._sb3_ops import Op, SB3EnvFactory, class_path, run_op
 from subvec._spaces import LeafSpec, build_views, is_shareable, leaf_specs
 from subvec.factory import VECTOR_KWARGS, backend_kwargs, check_kwargs

@@ -10,13 +10,14 @@ Data flow of one step (see docs/design.md for the full picture)::
     merge infos with gymnasium's _key masks              pickled infos, or ERROR with a record
     copy observations out of the block
 
-Who owns what: the parent's pool (``_pool``) owns the workers, their pipes and the shared
-block; the front (``_front``) owns the state machine; each worker owns its envs.
+Who owns what: the parent's pool (``_process.pool``) owns the workers, their pipes and the shared
+block; the front (``_front.front``) owns the state machine; each worker owns its envs.
 
-This module is the process backend's public class: it plans the layout (``_plan``), starts the
-pool (``_pool``) and the parent's own envs (``_local``), plans and attaches the block
-(``_block``), and hands them to the front (``_front``), which holds the gymnasium contract. Only
-the steady lock-step ``step`` is its own: the per-step round trip without the general path.
+This module is the process backend's public class: it plans the layout (``_process.plan``), starts
+the pool (``_process.pool``) and the parent's own envs (``_process.local``), plans and attaches the
+block (``_process.block``), and hands them to the front (``_front.front``), which holds the
+gymnasium contract. Only the steady lock-step ``step`` is its own: the per-step round trip without
+the general path.
 """
 
 from __future__ import annotations
@@ -32,35 +33,35 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec import _protocol as proto
-from subvec._block import BlockPlan, bind_batch, plan_block
-from subvec._bootstrap import registry_snapshot
-from subvec._chunks import BlockRooms
 from subvec._commands import Command, StepEnvsPayload
-from subvec._failures import DEFAULT_MAX_RESTARTS
-from subvec._front import VectorFront
-from subvec._gpus import GpuSpec, WorkerEnvSpec, check_worker_env, resolve_gpus
-from subvec._local import LocalShare
-from subvec._merge import Part
+from subvec._front.front import VectorFront
+from subvec._front.merge import Part
+from subvec._front.recovery import DEFAULT_MAX_RESTARTS
+from subvec._front.recycle import RecyclePolicy
+from subvec._front.setup import EnvsHello, Hello, ObservationMode
+from subvec._front.state import _WAITING, _State
 from subvec._pickling import pickle_factories
-from subvec._plan import (
+from subvec._process import wire as proto
+from subvec._process.block import BlockPlan, bind_batch, plan_block
+from subvec._process.bootstrap import registry_snapshot
+from subvec._process.chunks import BlockRooms
+from subvec._process.gpus import GpuSpec, WorkerEnvSpec, check_worker_env, resolve_gpus
+from subvec._process.local import LocalShare
+from subvec._process.plan import (
     Layout,
     check_max_concurrency,
     check_platform,
     plan_layout,
     resolve_context,
 )
-from subvec._pool import WorkerPool
-from subvec._pool_workers import PoolResources, release
-from subvec._recycle import RecyclePolicy
-from subvec._setup import EnvsHello, Hello, ObservationMode
-from subvec._shm import BlockLayout, SharedBlock
-from subvec._starts import BuildFailure, check_build_retries, check_max_concurrent_starts
-from subvec._state import _WAITING, _State
-from subvec._stats import WorkerStats, process_rss, worker_stats
-from subvec._threads import check_threads
-from subvec._topology import PlacementReport, plan_placement, usable_cpus
-from subvec._wake import FUTEX
+from subvec._process.pool import WorkerPool
+from subvec._process.pool_workers import PoolResources, release
+from subvec._process.shm import BlockLayout, SharedBlock
+from subvec._process.starts import BuildFailure, check_build_retries, check_max_concurrent_starts
+from subvec._process.stats import WorkerStats, process_rss, worker_stats
+from subvec._process.threads import check_threads
+from subvec._process.topology import PlacementReport, plan_placement, usable_cpus
+from subvec._process.wake import FUTEX
 
 __all__ = ["SubprocVectorEnv"]
 
@@ -132,14 +133,14 @@ class SubprocVectorEnv(VectorFront):
         spin_us: busy-poll window before blocking, for the next command (workers) and for
             replies (parent); 0 disables. Default: 300 us for each process that has a CPU of
             its own; when the workers fill every CPU, worker 0 shares the parent's and neither
-            of those two spins (see ``subvec._plan``).
+            of those two spins (see ``subvec._process.plan``).
         batch_size: how many envs ``recv()`` returns by default with asynchronous stepping
             (``async_reset``/``send``/``recv``/``drain``; docs/async.md). None: num_envs.
             ``reset()`` and ``step()`` stay lock-step over every env.
         worker_threads: threads per BLAS, OpenMP and torch pool in each worker (default 1, so
             that W workers do not run W x CPUs threads); None leaves the pools as the
             libraries size them. Set in the worker only: the parent's environment and torch
-            settings are not touched (see ``subvec._threads``).
+            settings are not touched (see ``subvec._process.threads``).
         recycle_every: replace a worker (a new process, its envs rebuilt from their factories)
             once its env has ended this many episodes, between two episodes (see
             ``recycles``). None: never. Needs one env per worker.
@@ -166,7 +167,7 @@ class SubprocVectorEnv(VectorFront):
 
     Raises:
         NotImplementedError: the platform cannot run the workers (Windows; see
-            ``subvec._plan.check_platform``).
+            ``subvec._process.plan.check_platform``).
         ValueError: ``worker`` is not None (subvec's workers each run several envs from
             cloudpickled factories and speak their own protocol, so gymnasium's per-env
             worker function cannot run in them), or a bad option value.
@@ -236,7 +237,7 @@ class SubprocVectorEnv(VectorFront):
             )
         self.shared_memory = bool(shared_memory)
         self.daemon = bool(daemon)
-        #: where the envs run and how each process waits (see ``subvec._plan``)
+        #: where the envs run and how each process waits (see ``subvec._process.plan``)
         self.layout: Layout = plan_layout(
             self.num_envs,
             cpus=usable_cpus(),
@@ -340,7 +341,7 @@ class SubprocVectorEnv(VectorFront):
             info_columns=self.info_format == "gymnasium",
         )
         self._pool.attach(block, spec, self.start_timeout)
-        #: what the shared block holds (see ``subvec._block``)
+        #: what the shared block holds (see ``subvec._process.block``)
         self.block_plan: BlockPlan = plan
         views = block.views
         backends: list[Any] = [self._pool]

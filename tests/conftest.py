@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from subvec._shm import list_segments
+from subvec._process.shm import list_segments
 from tests.vectorisers import (
     NEEDS_RAY,
     VECTORISERS,

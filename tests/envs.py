@@ -595,7 +595,7 @@ class MatmulEnv(gym.Env[np.ndarray, int]):
 
         import psutil
 
-        from subvec._threads import THREAD_VARIABLES
+        from subvec._process.threads import THREAD_VARIABLES
 
         torch = sys.modules.get("torch")
         me = psutil.Process()

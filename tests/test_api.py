@@ -11,7 +11,7 @@ import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
 from subvec import SubprocVectorEnv
-from subvec._plan import plan_layout, split
+from subvec._process.plan import plan_layout, split
 from tests.envs import ZooEnv, make_zoo
 
 
@@ -137,7 +137,9 @@ def test_import_subvec_does_not_import_torch_sb3_or_multiprocessing_in_core() ->
     }
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not {
-        m for m in imported if m.startswith(("multiprocessing", "subvec._pool", "subvec._worker"))
+        m
+        for m in imported
+        if m.startswith(("multiprocessing", "subvec._process.pool", "subvec._process.worker"))
     }
 
 
@@ -215,7 +217,7 @@ def test_a_layout_for_first_ready_stepping_has_every_worker_wait_alike(
 def test_a_cpu_quota_limits_the_default_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     # A container limited to one CPU's worth of time (docker --cpus=1) still sees every CPU of
     # the host in its affinity: the defaults must follow the quota, with nobody spinning.
-    monkeypatch.setattr("subvec._topology.cpu_quota", lambda: 1.0)
+    monkeypatch.setattr("subvec._process.topology.cpu_quota", lambda: 1.0)
     envs = SubprocVectorEnv([make_zoo("box_f32")] * 4)
     try:
         assert envs.num_workers == 1

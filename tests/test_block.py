@@ -10,14 +10,6 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from subvec._backend import PLAIN
-from subvec._block import (
-    OBS_SLOTS,
-    bind_batch,
-    bind_obs_slots,
-    bind_rows,
-    plan_block,
-    slot_writers,
-)
 from subvec._commands import (
     CallPayload,
     Command,
@@ -26,9 +18,17 @@ from subvec._commands import (
     Status,
     UnitReply,
 )
-from subvec._local import LocalShare
-from subvec._merge import make_merger
-from subvec._shm import SharedBlock
+from subvec._front.merge import make_merger
+from subvec._process.block import (
+    OBS_SLOTS,
+    bind_batch,
+    bind_obs_slots,
+    bind_rows,
+    plan_block,
+    slot_writers,
+)
+from subvec._process.local import LocalShare
+from subvec._process.shm import SharedBlock
 from subvec._slab import EnvSlab
 from tests.envs import CrashEnv, ZooEnv
 from tests.helpers import assert_same

@@ -14,8 +14,8 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from subvec._chunks import scalar_rows
-from subvec._merge import merge_chunk_infos
+from subvec._front.merge import merge_chunk_infos
+from subvec._process.chunks import scalar_rows
 from subvec._slab import ChunkArrays, EnvSlab, SlabArrays
 from subvec._spaces import ChunkBatch, chunk_actions, chunk_reader, row_reader
 from tests.chunks import Oracle, check_chunk, sample_chunks

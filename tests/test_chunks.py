@@ -16,8 +16,9 @@ from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError
 from gymnasium.vector import AutoresetMode
 
-from subvec import EnvError, SubprocVectorEnv, WorkerDiedError, _wake
-from subvec._shm import list_segments
+from subvec import EnvError, SubprocVectorEnv, WorkerDiedError
+from subvec._process import wake as _wake
+from subvec._process.shm import list_segments
 from tests.chunks import Oracle, check_chunk, sample_chunks
 from tests.envs import CrashEnv, ZooEnv
 from tests.vectorisers import check_built_as_asked, make_vector_env

@@ -555,7 +555,7 @@ def test_ragged_scalar_infos_travel_as_columns_and_match_sync(
         merged.append(result is not None)
         return result
 
-    monkeypatch.setattr("subvec._merge.merge_columns", counting)
+    monkeypatch.setattr("subvec._front.merge.merge_columns", counting)
     fns = [
         lambda: SteadyInfoEnv(terminate_prob=0.01, max_steps=10**6, ragged=True) for _ in range(5)
     ]

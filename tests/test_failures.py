@@ -34,7 +34,7 @@ from subvec import (
 )
 from subvec._commands import CallPayload, Command, Status
 from subvec._inproc import InProcessVectorEnv
-from subvec._shm import SEGMENT_PREFIX, list_segments, remove_stale_segments
+from subvec._process.shm import SEGMENT_PREFIX, list_segments, remove_stale_segments
 from subvec.errors import RemoteTraceback
 from tests.envs import (
     BigIntInfoEnv,
@@ -810,7 +810,7 @@ def test_wrong_observation_shape_names_env_expected_and_actual() -> None:
 
 @pytest.mark.timeout(30)
 def test_shm_too_small_is_a_clear_error_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
-    from subvec import _shm
+    from subvec._process import shm as _shm
 
     real = os.statvfs
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from subvec import SubprocVectorEnv, cli
-from subvec._gpus import (
+from subvec._process.gpus import (
     Gpu,
     GpuTopology,
     discover_gpus,
@@ -24,7 +24,7 @@ from subvec._gpus import (
     resolve_gpus,
     worker_environment,
 )
-from subvec._topology import Placement, Topology, plan_placement
+from subvec._process.topology import Placement, Topology, plan_placement
 from tests.start_envs import StartRecorder
 
 HAVE_CPUS_0_1 = {0, 1} <= os.sched_getaffinity(0)

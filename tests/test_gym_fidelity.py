@@ -17,7 +17,7 @@ from gymnasium.error import AlreadyPendingCallError
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from subvec import SubprocVectorEnv
-from subvec._plan import plan_layout
+from subvec._process.plan import plan_layout
 from tests.envs import (
     ArrayRewardEnv,
     OneBufferEnv,

@@ -8,9 +8,9 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-import subvec._block
+import subvec._process.block
 from subvec import SubprocVectorEnv
-from subvec._block import OBS_SLOT_MIN_BYTES, OBS_SLOTS
+from subvec._process.block import OBS_SLOT_MIN_BYTES, OBS_SLOTS
 from tests.envs import ZooEnv
 from tests.helpers import assert_same
 
@@ -136,7 +136,7 @@ def test_no_slots_when_dev_shm_has_no_room_for_them(monkeypatch: pytest.MonkeyPa
         sizes.append(size)
         return False
 
-    monkeypatch.setattr(subvec._block, "has_free_space", no_room)
+    monkeypatch.setattr(subvec._process.block, "has_free_space", no_room)
     envs = SubprocVectorEnv([_image_env] * 4, num_workers=2)
     try:
         layout = envs.block_plan.layout

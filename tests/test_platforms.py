@@ -18,9 +18,9 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 
 from subvec import SubprocVectorEnv
-from subvec._plan import check_platform
-from subvec._shm import _cli as shm_cli
-from subvec._topology import (
+from subvec._process.plan import check_platform
+from subvec._process.shm import _cli as shm_cli
+from subvec._process.topology import (
     allowed_cpus_now,
     apply_placement,
     can_pin,

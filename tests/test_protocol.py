@@ -1,4 +1,4 @@
-"""subvec._protocol in-process: frames over os.pipe, and errors captured and rebuilt."""
+"""subvec._process.wire in-process: frames over os.pipe, and errors captured and rebuilt."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from subvec import _protocol as proto
 from subvec._commands import (
     ChunkBlockSpec,
     Command,
@@ -21,7 +20,8 @@ from subvec._commands import (
     StepEnvsPayload,
     rebuild_remote_error,
 )
-from subvec._protocol import (
+from subvec._process import wire as proto
+from subvec._process.wire import (
     HEADER,
     dumps,
     finish_frame,

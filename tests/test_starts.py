@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from subvec import EnvError, SubprocVectorEnv, WorkerDiedError, make_vec
-from subvec._starts import StartGate, build_env
+from subvec._process.starts import StartGate, build_env
 from tests.helpers import gone, wait_until
 from tests.start_envs import SimulatorStartError, StartRecorder
 

@@ -1,4 +1,4 @@
-"""Tests for subvec._topology: cpulist parsing, sysfs discovery, planning, pinning, CLI."""
+"""Tests for subvec._process.topology: cpulist parsing, sysfs discovery, planning, pinning, CLI."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from subvec import cli
-from subvec._topology import (
+from subvec._process.topology import (
     Placement,
     PlacementReport,
     Topology,
@@ -516,7 +516,7 @@ def test_cpu_quota_without_proc_file(tmp_path: Path) -> None:
 def test_usable_cpus_rounds_a_quota_down(
     quota: float | None, expected: int | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("subvec._topology.cpu_quota", lambda: quota)
+    monkeypatch.setattr("subvec._process.topology.cpu_quota", lambda: quota)
     mine = len(os.sched_getaffinity(0))
     assert usable_cpus() == (mine if expected == "all" else min(mine, int(expected)))
 
@@ -543,7 +543,7 @@ def test_cli_topology_fake_sysfs(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_cli_topology_shows_the_quota(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("subvec._topology.cpu_quota", lambda: 1.5)
+    monkeypatch.setattr("subvec._process.topology.cpu_quota", lambda: 1.5)
     assert cli.main(["topology"]) == 0
     out = capsys.readouterr().out
     assert "quota:   1.5 CPUs (cgroup CPU bandwidth limit)" in out

@@ -1,5 +1,5 @@
-"""subvec._wake: the futex protocol's words in-process (threads as workers), the choice and its
-fallback, and a few workers under it (a death between the wake-up and the mark, a stale mark,
+"""subvec._process.wake: the futex protocol's words in-process (threads as workers), the choice and
+its fallback, and a few workers under it (a death between the wake-up and the mark, a stale mark,
 Ctrl-C in the wait)."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from subvec import SubprocVectorEnv, _wake
-from subvec._plan import plan_layout
-from subvec._shm import BlockLayout
-from subvec._wake import MARK_OK, PIPE_KIND, STEP_KIND, Bell
+from subvec import SubprocVectorEnv
+from subvec._process import wake as _wake
+from subvec._process.plan import plan_layout
+from subvec._process.shm import BlockLayout
+from subvec._process.wake import MARK_OK, PIPE_KIND, STEP_KIND, Bell
 from subvec.errors import WorkerDiedError, WorkerTimeoutError
 from tests.envs import crash_fns
 

@@ -13,7 +13,7 @@ import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError
 
 from subvec import SubprocVectorEnv, make_vec
-from subvec._threads import THREAD_VARIABLES
+from subvec._process.threads import THREAD_VARIABLES
 from subvec.cli import main
 from tests.envs import CrashEnv, MatmulEnv, ZooEnv
 

@@ -82,7 +82,7 @@ def child_vector(
             return bounds
 
         if hasattr(subvec, "_plan"):  # planning is its own module
-            subvec._plan.split = forced
+            subvec._process.plan.split = forced
         else:
             subvec.vector._split = forced  # type: ignore[attr-defined]
 

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from subvec import _protocol as proto
 from subvec._backend import Failure
 from subvec._commands import Command, Status
-from subvec._pool_workers import PLAIN_OK, STATUSES, Gathered, PoolResources, Reply, Worker
+from subvec._process import wire as proto
+from subvec._process.pool_workers import PLAIN_OK, STATUSES, Gathered, PoolResources, Reply, Worker
 
 __all__ = ["Quick", "build_quick", "take_rest"]
 
@@ -28,7 +28,7 @@ Quick = tuple[
 
 
 class WorkerPool(Protocol):
-    """What the quick round trip reads of its pool (``_pool.WorkerPool``), named here so
+    """What the quick round trip reads of its pool (``_process.pool.WorkerPool``), named here so
     that this module does not import the pool's."""
 
     resources: PoolResources

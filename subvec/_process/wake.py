@@ -175,7 +175,7 @@ def choose(num_workers: int, max_active: int | None, environ: Any = None) -> str
 
 
 def control_regions(num_workers: int) -> list[tuple[str, np.dtype[Any], tuple[int, ...]]]:
-    """The block regions of the protocol (see ``_block``)."""
+    """The block regions of the protocol (see ``_process.block``)."""
     return [
         (CONTROL, np.dtype(np.uint32), (_WORDS,)),
         (COMMANDS, np.dtype(np.uint64), (num_workers,)),

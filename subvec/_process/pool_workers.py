@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from subvec import _protocol as proto
 from subvec._backend import PLAIN, Failure, Outcome
 from subvec._commands import Command, ErrorRecord, Status, WorkerHello, rebuild_remote_error
-from subvec._shm import SharedBlock
-from subvec._starts import StartGate
-from subvec._wake import PIPE_KIND, Bell
+from subvec._process import wire as proto
+from subvec._process.shm import SharedBlock
+from subvec._process.starts import StartGate
+from subvec._process.wake import PIPE_KIND, Bell
 from subvec.errors import describe_exitcode
 
 __all__ = [
@@ -67,7 +67,7 @@ class Worker:
     reply_fd: int = -1
     #: the process's pid, kept: reports name a replaced worker after its process is closed
     pid: int | None = None
-    #: attached with the futex protocol: its commands are announced in the block (``_wake``)
+    #: attached with the futex protocol: its commands are announced in the block (``_process.wake``)
     on_bell: bool = False
 
     def __post_init__(self) -> None:
@@ -89,7 +89,7 @@ class PoolResources:
 
     workers: list[Worker] = field(default_factory=list)
     block: SharedBlock | None = None
-    #: the chunk block (``_chunks``), once a chunk was stepped
+    #: the chunk block (``_process.chunks``), once a chunk was stepped
     chunk_block: SharedBlock | None = None
     #: the start tokens (max_concurrent_starts), if any
     gate: StartGate | None = None

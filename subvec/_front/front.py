@@ -3,20 +3,20 @@
     caller ──► VectorFront: state machine, payloads, result assembly, info merge, autoreset
                  │          bookkeeping, error surfacing, failure policy
                  │  send(command, payloads) / collect(timeout) -> outcomes + failures
-                 ├── WorkerPool (``_pool``): worker processes, pipes, sentinels
-                 ├── LocalShare (``_local``): the parent's own envs, run inside collect
+                 ├── WorkerPool (``_process.pool``): worker processes, pipes, sentinels
+                 ├── LocalShare (``_process.local``): the parent's own envs, run inside collect
                  └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
 
-Its mixin adds calls and attributes (``_calls``); asynchronous stepping (``_async``),
-recycling (``_recycle``) and action chunks (``_chunk_front``) are components it owns, which
-hold no strong reference to it, and so are the lock-step exchange (``_exchange``: sending a
+Its mixin adds calls and attributes (``_front.calls``); asynchronous stepping (``_front.stepping``),
+recycling (``_front.recycle``) and action chunks (``_front.chunk``) are components it owns, which
+hold no strong reference to it, and so are the lock-step exchange (``_front.exchange``: sending a
 command, collecting with the failure policy, the answers as parts, closing the backends), the
-observation batch it hands out (``_observations``), a step's results (``_step_results``) and
-the recovery from failed units in lock-step calls (``_failures.Recovery``: restarts, the
-broken state, rebuilds); reset options are checked and sliced per unit in ``_options``, and
-the call states are ``_state``. What it is built from
-(hellos, option checks, spaces) is ``_setup``. Its units and every replacement of one go
-through ``_units``; per-env results are read out of a unit's reply by ``_results``, for
+observation batch it hands out (``_front.observations``), a step's results (``_front.step_results``)
+and the recovery from failed units in lock-step calls (``_front.recovery.Recovery``: restarts, the
+broken state, rebuilds); reset options are checked and sliced per unit in ``_front.options``, and
+the call states are ``_front.state``. What it is built from
+(hellos, option checks, spaces) is ``_front.setup``. Its units and every replacement of one go
+through ``_front.units``; per-env results are read out of a unit's reply by ``_front.results``, for
 lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
 
 The front knows no pipes and no processes (tests/test_rooms.py holds it to that). Every
@@ -39,20 +39,18 @@ from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
-from subvec._async import AsyncEngine, FrontHooks
-from subvec._backend import Backend, Collected, Unit
+from subvec._backend import Backend, Collected, RestartRecord, Unit
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
-from subvec._calls import EnvCalls, EnvIds
-from subvec._chunk_front import ChunkResults, ChunkStepper, PerUnit
 from subvec._commands import Command
-from subvec._exchange import LockstepExchange
-from subvec._failures import FailurePolicy, Recovery, RestartRecord
-from subvec._merge import Part, make_merger
-from subvec._observations import ObservationBatch
-from subvec._options import EnvResetOptions, ResetOptions, ResetRequest
-from subvec._recycle import RecyclePolicy, Recycler, RssReader
-from subvec._seeding import SeedArg
-from subvec._setup import (
+from subvec._front.calls import EnvCalls, EnvIds
+from subvec._front.chunk import ChunkResults, ChunkStepper, PerUnit
+from subvec._front.exchange import LockstepExchange
+from subvec._front.merge import Part, make_merger
+from subvec._front.observations import ObservationBatch
+from subvec._front.options import EnvResetOptions, ResetOptions, ResetRequest
+from subvec._front.recovery import FailurePolicy, Recovery
+from subvec._front.recycle import RecyclePolicy, Recycler, RssReader
+from subvec._front.setup import (
     EnvsHello,
     ObservationMode,
     batched_spaces,
@@ -60,10 +58,12 @@ from subvec._setup import (
     check_info_format,
     check_observation_mode,
 )
+from subvec._front.state import _ASYNC_NAME, _State, pending_call, weak_method
+from subvec._front.step_results import StepResults
+from subvec._front.stepping import AsyncEngine, FrontHooks
+from subvec._front.units import Units
+from subvec._seeding import SeedArg
 from subvec._spaces import BY_VALUE, Stored
-from subvec._state import _ASYNC_NAME, _State, pending_call, weak_method
-from subvec._step_results import StepResults
-from subvec._units import Units
 from subvec.errors import BrokenVectorEnvError
 from subvec.proxy import RemoteProxy
 
@@ -75,7 +75,7 @@ _Front = TypeVar("_Front", bound="VectorFront")
 class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``) delegate to an
-    :class:`~subvec._async.AsyncEngine`."""
+    :class:`~subvec._front.stepping.AsyncEngine`."""
 
     _state = _State.IDLE
     #: the exchange's, bound in :meth:`_start` (``vector.py``'s steady step calls them)
@@ -667,7 +667,8 @@ class VectorFront(EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         parts, or None where it does not apply (then the front's send and collect run)."""
         return None
 
-    # --- asynchronous stepping (the engine in ``_async``) -------------------------------------
+    # --- asynchronous stepping (the engine in ``_front.stepping``)
+    # -------------------------------------
 
     @property
     def in_flight_env_ids(self) -> list[int]:

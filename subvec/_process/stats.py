@@ -1,6 +1,6 @@
 """Per-worker statistics: what ``SubprocVectorEnv.stats()`` returns.
 
-The counters come from the workers (``_protocol.WorkerCounters``: env steps, seconds handling
+The counters come from the workers (``_process.wire.WorkerCounters``: env steps, seconds handling
 commands, seconds waiting for them); the resident memory is read here in the parent with
 psutil, which is optional: without it ``rss`` is None.
 """
@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from subvec._backend import RestartRecord
 from subvec._commands import WorkerCounters
-from subvec._failures import RestartRecord
 
 __all__ = ["WorkerStats", "process_rss", "worker_stats"]
 
@@ -70,8 +70,8 @@ def worker_stats(
     recycles: Sequence[RestartRecord],
     build_failures: Sequence[Any] = (),
 ) -> list[WorkerStats]:
-    """The :class:`WorkerStats` of ``workers`` (``_pool_workers.Worker``) from their ``counters``
-    (``build_failures``: ``_starts.BuildFailure`` records)."""
+    """The :class:`WorkerStats` of ``workers`` (``_process.pool_workers.Worker``) from their
+    ``counters`` (``build_failures``: ``_process.starts.BuildFailure`` records)."""
     out = []
     for w in workers:
         c = counters[w.index]

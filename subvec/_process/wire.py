@@ -33,7 +33,7 @@ from subvec._commands import (
 )
 
 if TYPE_CHECKING:
-    from subvec._shm import BlockLayout
+    from subvec._process.shm import BlockLayout
 
 __all__ = [
     "HEADER",
@@ -108,7 +108,7 @@ def finish_frame(fd: int, head: bytes) -> tuple[int, int, bytes]:
 
 @dataclass
 class AttachSpec:
-    """ATTACH: the block and how a worker's envs map onto it (see ``subvec._block``)."""
+    """ATTACH: the block and how a worker's envs map onto it (see ``subvec._process.block``)."""
 
     block_name: str
     layout: BlockLayout
@@ -126,7 +126,7 @@ class AttachSpec:
     #: how many extra batches of observations the block holds; a cell names the one each
     #: command writes (see ``_batch.ObsSlots``)
     obs_slots: int = 0
-    #: wake-ups and plain answers go through the block's control regions (``subvec._wake``)
+    #: wake-ups and plain answers go through the block's control regions (``subvec._process.wake``)
     wake: bool = False
 
 

@@ -43,7 +43,7 @@ from gymnasium import Space
 
 from subvec import _spaces
 from subvec._commands import ChunkBlockSpec, StepEnvsPayload
-from subvec._shm import BlockLayout, SharedBlock
+from subvec._process.shm import BlockLayout, SharedBlock
 from subvec._slab import ChunkArrays, ChunkResult, EnvSlab
 
 __all__ = [
@@ -245,7 +245,7 @@ class BlockRooms:
         make: ``make(layout) -> (name, views)``: a new block of ``layout`` (name None: not
             a shared segment) and its regions' arrays.
         adopt: called with each new block's views (the parent's own envs, which map no
-            segment of their own: ``_local.LocalShare.adopt_chunks``).
+            segment of their own: ``_process.local.LocalShare.adopt_chunks``).
     """
 
     def __init__(

@@ -19,9 +19,9 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from subvec._backend import Unit
 from subvec._batch import BatchViews
-from subvec._merge import Part
-from subvec._results import split_batch
-from subvec._setup import copy_nest, view_nest
+from subvec._front.merge import Part
+from subvec._front.results import split_batch
+from subvec._front.setup import copy_nest, view_nest
 
 __all__ = ["ObservationBatch"]
 
@@ -116,7 +116,7 @@ class ObservationBatch:
         return copy_nest(self.observations) if self.copy else self.observations
 
     def _split_out(self) -> Any:
-        """A split nest's batch (``_results.split_batch``) from the batch the units write."""
+        """A split nest's batch (``_front.results.split_batch``) from the batch the units write."""
         assert self.split is not None
         slots, slot = self.slots, self.slot
         fixed = self.fixed if slots is None else slots.leaves[slot]

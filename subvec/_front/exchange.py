@@ -5,7 +5,7 @@ step, a chunk, call and attributes): it sends a command to the backends' units, 
 that answer this step with a restart's reset, collects their answers (inline backends last to
 be sent, first to be collected: they run while the others' units are busy), hands failures to
 the failure policy, and turns the outcomes into the parts that say something, in env order
-(see ``_merge``). It closes the backends too, the parent's own envs first.
+(see ``_front.merge``). It closes the backends too, the parent's own envs first.
 
 It also owns the failure policy's side of a call (:meth:`LockstepExchange.fail`, and
 :meth:`LockstepExchange.recover`, the restarts of a failed step, reset or call), and a step's
@@ -29,16 +29,16 @@ from gymnasium import Space
 
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
 from subvec._commands import Command, ResetPayload, Status, StepPayload, raise_first
-from subvec._failures import FailurePolicy, Recovery
+from subvec._front.merge import Part
+from subvec._front.observations import ObservationBatch
+from subvec._front.options import ResetRequest
+from subvec._front.recovery import FailurePolicy, Recovery
+from subvec._front.recycle import Recycler
+from subvec._front.results import block_parts
+from subvec._front.state import _WAITING, _State
+from subvec._front.units import Units
 from subvec._infos import InfoBlockReader
-from subvec._merge import Part
-from subvec._observations import ObservationBatch
-from subvec._options import ResetRequest
-from subvec._recycle import Recycler
-from subvec._results import block_parts
 from subvec._spaces import BY_VALUE, Stored, check_batch_layout, per_env_actions, without_tensors
-from subvec._state import _WAITING, _State
-from subvec._units import Units
 
 __all__ = ["BROKEN_CLOSE_TIMEOUT", "DEFAULT_CLOSE_TIMEOUT", "ExchangeFront", "LockstepExchange"]
 
@@ -125,11 +125,11 @@ class LockstepExchange:
     ) -> list[Part]:
         """Wait for every unit's answer (each of ``only``'s, when the call went to those) to
         the pending call and return the parts that say something, in env order (see
-        ``_merge``).
+        ``_front.merge``).
 
         Failures: with on_worker_failure="raise", a death breaks the env and a timeout returns
         it to idle (late replies are dropped by seq); both raise. With "restart", each failed
-        unit is replaced and, for a step or reset, its envs reset (see ``_failures``).
+        unit is replaced and, for a step or reset, its envs reset (see ``_front.recovery``).
         """
         if timeout is None:
             timeout = self.front.default_timeout
@@ -227,7 +227,7 @@ class LockstepExchange:
     def recover(
         self, state: _State, failures: list[Failure], timeout: float | None
     ) -> dict[int, Outcome]:
-        """Replace each failed unit and reset its envs (``_failures.Recovery``); for a step or
+        """Replace each failed unit and reset its envs (``_front.recovery.Recovery``); for a step or
         reset, return that reset's outcome as the unit's answer. The step then reports those
         envs truncated with reward 0 and ``worker_restarted`` in their infos: nothing about
         the lost transition is made up. A failed call cannot be replayed and raises; its

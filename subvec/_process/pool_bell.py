@@ -1,5 +1,5 @@
-"""The worker pool's side of the futex protocol (``_wake``): announcing commands in the block
-and waiting for the workers' marks, for a pool whose workers attached with it.
+"""The worker pool's side of the futex protocol (``_process.wake``): announcing commands in the
+block and waiting for the workers' marks, for a pool whose workers attached with it.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from subvec import _protocol as proto
 from subvec._backend import Failure
 from subvec._commands import Command
-from subvec._pool_workers import (
+from subvec._process import wire as proto
+from subvec._process.pool_workers import (
     DEAD,
     PLAIN_OK,
     STALE,
@@ -26,11 +26,11 @@ from subvec._pool_workers import (
     drain,
     read_reply,
 )
-from subvec._wake import MARK_OK, PIPE_KIND, SLICE_S, STEP_KIND, Bell
+from subvec._process.wake import MARK_OK, PIPE_KIND, SLICE_S, STEP_KIND, Bell
 
 __all__ = ["WAKE_EACH", "BellExchange"]
 
-#: a level no countdown reaches: every answer wakes the parent (``_wake``)
+#: a level no countdown reaches: every answer wakes the parent (``_process.wake``)
 WAKE_EACH = 2000
 _SHIFT, _MARK_OK = np.uint64(8), np.uint64(MARK_OK)
 
@@ -121,8 +121,8 @@ class BellExchange:
         deadline: float | None,
         enough: int | None = None,
     ) -> Gathered | None:
-        """Wait for the answers of ``workers`` in the block (``_wake``): every one's, or with
-        ``enough`` until that many answered or died, then take the others already in (the
+        """Wait for the answers of ``workers`` in the block (``_process.wake``): every one's, or
+        with ``enough`` until that many answered or died, then take the others already in (the
         rest stay in flight, none is hung). Sleeps on the countdown in slices of at most
         ``SLICE_S``, polling the sentinels between them, so a death is seen within a slice.
         Returns None when every one answered a plain OK (the usual step)."""

@@ -15,7 +15,7 @@ from multiprocessing.context import BaseContext
 
 import numpy as np
 
-from subvec import _wake
+from subvec._process import wake as _wake
 
 __all__ = [
     "DEFAULT_SPIN_US",
@@ -55,7 +55,7 @@ class Layout:
     max_active: int | None = None
     #: how the parent wakes the workers and learns of their answers: ``"futex"`` (one system
     #: call per command for the whole pool) or ``"pipes"`` (a write and a read per worker);
-    #: see ``subvec._wake``
+    #: see ``subvec._process.wake``
     wake: str = _wake.PIPES
 
     @property
@@ -181,7 +181,7 @@ def plan_layout(
 
     Args:
         num_envs: envs in the vector env.
-        cpus: usable CPUs (affinity and CPU quota counted; see ``_topology.usable_cpus``).
+        cpus: usable CPUs (affinity and CPU quota counted; see ``_process.topology.usable_cpus``).
         parent_envs: envs (the last ones) the parent steps itself, in [0, num_envs - 1].
         num_workers: worker processes; default ``min(envs in workers, cpus)``.
         envs_per_worker: alternatively, envs per worker.
@@ -191,8 +191,8 @@ def plan_layout(
             ``num_workers`` or ``envs_per_worker``), ``max_active`` says how many may work at
             once, and then nobody spins and there is no partner (a worker may wait for its
             turn, and the parent for several turns).
-        wake: ``"futex"`` or ``"pipes"``; None: by ``_wake.choose`` (the futex from
-            ``_wake.MIN_WORKERS`` workers where it works, and without turns).
+        wake: ``"futex"`` or ``"pipes"``; None: by ``_process.wake.choose`` (the futex from
+            ``_process.wake.MIN_WORKERS`` workers where it works, and without turns).
         first_ready: the envs will mostly step asynchronously, ``recv`` returning the
             first ready (``batch_size`` below ``num_envs``): every worker waits alike, so
             that identical envs are served alike (see ``_spin``).
@@ -291,5 +291,5 @@ def resolve_context(context: str | BaseContext | None) -> BaseContext:
         # Preloading makes each new worker a cheap fork of a server that already imported
         # numpy and gymnasium (0.37 s instead of 2.7 s for 8 CartPole workers). It only takes
         # effect if the server is not running yet.
-        ctx.set_forkserver_preload(["numpy", "gymnasium", "subvec._worker"])
+        ctx.set_forkserver_preload(["numpy", "gymnasium", "subvec._process.worker"])
     return ctx

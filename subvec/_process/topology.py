@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from subvec._gpus import Gpu, discover_gpus
+from subvec._process.gpus import Gpu, discover_gpus
 
 __all__ = [
     "NumaSpec",
@@ -337,7 +337,7 @@ def discover(
 @dataclass(frozen=True)
 class Placement:
     """Where one worker should run: its NUMA node, the CPUs it may use (None: unpinned) and
-    the GPU it is given (None: none; see ``subvec._gpus``).
+    the GPU it is given (None: none; see ``subvec._process.gpus``).
 
     This is what a ``worker_env`` callable receives.
 
@@ -415,8 +415,8 @@ def plan_placement(
     gives the topology explicitly (and always places).
 
     Without ``gpus``, worker ``w`` goes to node ``w % n_nodes``. With ``gpus`` (see
-    ``subvec._gpus.resolve_gpus``), worker ``w`` gets GPU ``gpus[w % len(gpus)]`` and goes to
-    that GPU's node; a worker whose GPU's node is unknown or has no CPU here is placed
+    ``subvec._process.gpus.resolve_gpus``), worker ``w`` gets GPU ``gpus[w % len(gpus)]`` and goes
+    to that GPU's node; a worker whose GPU's node is unknown or has no CPU here is placed
     round-robin among the nodes, as without GPUs. ``pin="node"`` lets a worker use all CPUs
     of its node; ``pin="core"`` gives it one CPU, spreading over physical cores before
     hyperthread siblings. When a node gets more workers than it has CPUs, its workers get the

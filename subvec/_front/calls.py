@@ -3,8 +3,8 @@ every env or on the envs of ``env_ids``.
 
 A call goes to every unit, or (with ``env_ids``) only to the units holding those envs, each
 told which of its envs to call, in the caller's order; the answers are dealt back into that
-order. A mixin of :class:`subvec._front.VectorFront`: it uses the front's state machine and
-its lock-step exchange (``_exchange``).
+order. A mixin of :class:`subvec._front.front.VectorFront`: it uses the front's state machine and
+its lock-step exchange (``_front.exchange``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import numpy as np
 
 from subvec._backend import Unit
 from subvec._commands import CallPayload, Command, SetAttrPayload
-from subvec._exchange import LockstepExchange
-from subvec._state import _State
-from subvec._units import Units
+from subvec._front.exchange import LockstepExchange
+from subvec._front.state import _State
+from subvec._front.units import Units
 
 __all__ = ["EnvCalls", "EnvIds"]
 
@@ -27,7 +27,7 @@ EnvIds = Sequence[int] | np.ndarray | None
 
 
 class EnvCalls:
-    """The calls and attributes of :class:`subvec._front.VectorFront` (a mixin)."""
+    """The calls and attributes of :class:`subvec._front.front.VectorFront` (a mixin)."""
 
     # The front's, declared for the type checker.
     num_envs: int

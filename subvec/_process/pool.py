@@ -9,9 +9,9 @@ timeout or an interrupt) and is dropped, never taken for the answer to a later c
 
 The worker records, their cleanup (:func:`release`, which holds no reference to the vector env,
 so it can serve as that env's ``weakref.finalize`` callback) and the reading of one worker's
-replies live in ``_pool_workers``; the futex protocol's side of the waits (pools whose workers
-attached with it) in ``_pool_bell``. This module starts the workers, sends their commands and
-waits for their replies on the pipes.
+replies live in ``_process.pool_workers``; the futex protocol's side of the waits (pools whose
+workers attached with it) in ``_process.pool_bell``. This module starts the workers, sends their
+commands and waits for their replies on the pipes.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ from typing import Any
 import cloudpickle
 
 from subvec import _pickling as pickling
-from subvec import _protocol as proto
 from subvec._backend import Collected, Failure, Outcome
-from subvec._bootstrap import lifeline_for, start
 from subvec._commands import (
     Command,
     Status,
@@ -37,10 +35,12 @@ from subvec._commands import (
     WorkerHello,
     raise_first,
 )
-from subvec._gpus import WorkerEnvSpec, worker_environment
-from subvec._pool_bell import BellExchange
-from subvec._pool_quick import Quick, build_quick
-from subvec._pool_workers import (
+from subvec._process import wire as proto
+from subvec._process.bootstrap import lifeline_for, start
+from subvec._process.gpus import WorkerEnvSpec, worker_environment
+from subvec._process.pool_bell import BellExchange
+from subvec._process.pool_quick import Quick, build_quick
+from subvec._process.pool_workers import (
     DEAD,
     PLAIN_OK,
     STALE,
@@ -57,12 +57,12 @@ from subvec._pool_workers import (
     release,
     to_bell,
 )
-from subvec._protocol import AttachSpec
-from subvec._shm import SharedBlock
-from subvec._starts import BuildFailure, StartGate
-from subvec._topology import Placement
-from subvec._wake import PIPES, Bell
-from subvec._worker import worker_main
+from subvec._process.shm import SharedBlock
+from subvec._process.starts import BuildFailure, StartGate
+from subvec._process.topology import Placement
+from subvec._process.wake import PIPES, Bell
+from subvec._process.wire import AttachSpec
+from subvec._process.worker import worker_main
 
 __all__ = ["Worker", "WorkerPool", "release"]
 
@@ -74,7 +74,7 @@ class WorkerPool:
         ctx: the multiprocessing context the workers start with.
         factories: the cloudpickled env factories, in env order.
         registry: the parent's gymnasium registry for the workers to adopt
-            (``_bootstrap.registry_snapshot``); None under fork, whose workers inherit it.
+            (``_process.bootstrap.registry_snapshot``); None under fork, whose workers inherit it.
         bounds: ``(lo, hi)`` env indices of each worker.
         autoreset_mode: the AutoresetMode value the workers' envs follow.
         placements: where each worker runs (None: anywhere).
@@ -82,19 +82,20 @@ class WorkerPool:
         spin_s: seconds to busy-poll for replies before blocking (0: block at once).
         partner: the worker that shares the parent's CPU (see ``gather``), if any.
         threads: cap each worker's BLAS, OpenMP and torch pools to this many threads
-            (``subvec._threads``; None: leave them).
+            (``subvec._process.threads``; None: leave them).
         max_active: the most workers that may be stepping or resetting at once (None: all).
             A STEP or RESET then goes to that many workers first, and to the next one each
             time one answers (``gather``), so at most that many envs are in ``step`` or
             ``reset`` at any moment (a worker steps its envs one after the other).
         worker_env: variables for each worker's environment: a dict, or a callable taking
-            the worker's ``Placement`` and returning one (``subvec._gpus.worker_environment``;
-            evaluated here at each start, so a replacement gets the same).
+            the worker's ``Placement`` and returning one
+            (``subvec._process.gpus.worker_environment``; evaluated here at each start, so a
+            replacement gets the same).
         max_concurrent_starts: the most workers building their envs (and serving their first
-            reset) at once (None: no limit; see ``subvec._starts``).
+            reset) at once (None: no limit; see ``subvec._process.starts``).
         build_retries: how many more times a worker calls a factory that raised.
         wake: ``"futex"``: after ATTACH, wake the workers and learn of their plain answers
-            through the block (``subvec._wake``); ``"pipes"``: by the pipes alone.
+            through the block (``subvec._process.wake``); ``"pipes"``: by the pipes alone.
     """
 
     inline = False
@@ -523,7 +524,7 @@ class WorkerPool:
         return quick[1](timeout, what, stop_at_death)
 
     def _build_quick(self) -> Quick | None:
-        """The per-step round trip (``_pool_quick``), kept until the workers change."""
+        """The per-step round trip (``_process.pool_quick``), kept until the workers change."""
         self._quick = build_quick(self)
         return self._quick
 

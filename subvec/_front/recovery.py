@@ -29,10 +29,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from subvec._backend import Collected, Failure, Outcome, Unit
+from subvec._backend import Collected, Failure, Outcome, RestartRecord, Unit
 from subvec._commands import ResetPayload, Status, raise_first
-from subvec._options import EnvOptions, EnvResetOptions, ResetRequest, unit_options
-from subvec._units import Units
+from subvec._front.options import EnvOptions, EnvResetOptions, ResetRequest, unit_options
+from subvec._front.units import Units
 from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note, first_line
 
 __all__ = [
@@ -40,23 +40,11 @@ __all__ = [
     "DEFAULT_MAX_RESTARTS",
     "FailurePolicy",
     "Recovery",
-    "RestartRecord",
     "Restarted",
 ]
 
 #: Restarts allowed over the life of a vector env with on_worker_failure="restart".
 DEFAULT_MAX_RESTARTS = 100
-
-
-@dataclass(frozen=True)
-class RestartRecord:
-    """One worker replacement: which worker, which envs, why, and when (monotonic). The
-    reason of a replacement that failed to start ends with ``its replacement failed: ...``."""
-
-    worker: int
-    env_indices: tuple[int, ...]
-    reason: str
-    time: float
 
 
 @dataclass

@@ -34,8 +34,8 @@ envs on import would otherwise register them again on ``gym.make``, over ours, w
 for each id.
 
 **The parent's death.** A daemon thread in each worker waits on the parent's sentinel
-(``subvec._worker``); it cannot run while the env is in native code that keeps the GIL. On Linux
-the worker also asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), which
+(``subvec._process.worker``); it cannot run while the env is in native code that keeps the GIL. On
+Linux the worker also asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), which
 needs no GIL (:func:`tie_to_parent`). The kernel counts the *thread* that started the process as
 its parent, so the parent asks for it only when it starts workers from its main thread
 (:func:`lifeline_for`). Under forkserver the worker's parent is the forkserver, which exits once

@@ -20,7 +20,7 @@ Regions (``n`` envs; leaves of a Dict/Tuple space are numbered in ``_spaces.leaf
     obs_slot                           and the cell naming the one each command writes (see
                                        ``_batch.ObsSlots``)
     info_values, info_flags, info_schema   steady scalar infos (see ``_infos``)
-    wake, wake_cmd, wake_mark          the futex protocol's words (see ``_wake``)
+    wake, wake_cmd, wake_mark          the futex protocol's words (see ``_process.wake``)
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ from typing import Any
 import numpy as np
 from gymnasium import Space
 
-from subvec import _spaces, _wake
+from subvec import _spaces
 from subvec._batch import BatchViews, ObsSlots
 from subvec._infos import InfoBlockReader, info_block_regions
-from subvec._protocol import AttachSpec
-from subvec._shm import BlockLayout, has_free_space
+from subvec._process import wake as _wake
+from subvec._process.shm import BlockLayout, has_free_space
+from subvec._process.wire import AttachSpec
 from subvec._slab import SlabArrays, final_obs_store
 
 __all__ = [
@@ -178,7 +179,7 @@ def plan_block(
         same_step: SAME_STEP autoreset (final observations may stay in the block).
         slots: observation slots are wanted (``copy=True``, no envs in the parent).
         info_block: steady scalar infos in the block (needs at least one worker).
-        wake: room for the futex protocol's words (``_wake.control_regions``).
+        wake: room for the futex protocol's words (``_process.wake.control_regions``).
 
     Returns:
         The plan; the slots are left out when /dev/shm has no room for them.

@@ -3,7 +3,7 @@
 The vector env steps its last ``parent_envs`` envs itself, in the parent, while the workers
 step theirs: ``send`` only records the command, and ``collect`` (which the front calls before
 waiting for the workers) runs it. Those envs share the block's rows as a worker's do (one
-binding, ``_block.bind_rows``), and an env's exception becomes the same ``EnvError`` a
+binding, ``_process.block.bind_rows``), and an env's exception becomes the same ``EnvError`` a
 worker's would (type kept, env index, this pid, traceback as cause).
 """
 
@@ -17,8 +17,6 @@ from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import PLAIN, Collected, Outcome, Unit
-from subvec._block import bind_rows
-from subvec._chunks import ChunkAttachment, ChunkViews, run_chunk
 from subvec._commands import (
     Command,
     ErrorRecord,
@@ -26,7 +24,9 @@ from subvec._commands import (
     UnitReply,
     rebuild_remote_error,
 )
-from subvec._protocol import AttachSpec
+from subvec._process.block import bind_rows
+from subvec._process.chunks import ChunkAttachment, ChunkViews, run_chunk
+from subvec._process.wire import AttachSpec
 from subvec._slab import ChunkResult, EnvSlab, SlabResult
 
 __all__ = ["LocalShare"]
@@ -64,7 +64,7 @@ class LocalShare:
         self.slab = EnvSlab(envs, lo, autoreset_mode)
         self._pending: Callable[[], Any] | None = None
         self._command = Command.STEP
-        #: the chunk block, mapped here as a worker maps it (``_chunks``)
+        #: the chunk block, mapped here as a worker maps it (``_process.chunks``)
         self._chunks = ChunkAttachment()
         #: the single observation and action spaces of what the blocks hold (None: by value)
         self._spaces: tuple[Any, Any] = (None, None)

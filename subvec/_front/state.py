@@ -1,5 +1,6 @@
-"""The front's call states, shared by the front and its components (``_async``, ``_calls``,
-``_chunk_front``, ``_recycle``), and the weak hooks its components call it back through."""
+"""The front's call states, shared by the front and its components (``_front.stepping``,
+``_front.calls``, ``_front.chunk``, ``_front.recycle``), and the weak hooks its components call it
+back through."""
 
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ from gymnasium.vector.vector_env import AutoresetMode
 from subvec import _spaces
 from subvec._batch import ChunkBlock, ChunkRooms
 from subvec._commands import StepEnvsPayload, UnitReply
+from subvec._front.merge import Part, merge_chunk_infos, with_chunk_axis
 from subvec._infos import as_events
-from subvec._merge import Part, merge_chunk_infos, with_chunk_axis
 
 __all__ = ["ChunkResults", "ChunkStepper", "PerUnit"]
 
@@ -45,7 +45,7 @@ PerUnit = Callable[[Any], StepEnvsPayload]
 
 
 class ChunkStepper:
-    """``step_chunk``'s work for :class:`subvec._front.VectorFront`, whose ``step_chunk``
+    """``step_chunk``'s work for :class:`subvec._front.front.VectorFront`, whose ``step_chunk``
     drives it: the front checks its state, sends and collects; this checks the batch, loads
     the chunk's arrays and builds the results. It holds the vector env's settings and the
     backend's chunk arrays, and no reference to the front (what a call needs of the front's

@@ -15,9 +15,9 @@
 SIGINT is ignored: on Ctrl-C the whole process group gets the signal and the parent decides.
 A daemon thread waits on the parent's sentinel and exits the process when the parent dies, even
 in the middle of a long env step; on Linux the kernel also kills the worker then, which covers
-native code that keeps the GIL (``_bootstrap.tie_to_parent``). The worker does not run the
+native code that keeps the GIL (``_process.bootstrap.tie_to_parent``). The worker does not run the
 user's script; it registers the parent's gymnasium envs it lacks before building its own
-(``_bootstrap``).
+(``_process.bootstrap``).
 """
 
 from __future__ import annotations
@@ -36,10 +36,6 @@ from typing import Any
 import cloudpickle
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec import _protocol as proto
-from subvec._block import bind_rows, slot_writers
-from subvec._bootstrap import Lifeline, adopt_registry, tie_to_parent
-from subvec._chunks import ChunkAttachment, run_chunk
 from subvec._commands import (
     CallPayload,
     Command,
@@ -53,15 +49,19 @@ from subvec._commands import (
     WorkerCounters,
     WorkerHello,
 )
-from subvec._gpus import gpu_environment
 from subvec._infos import InfoBlockWriter, to_columns
-from subvec._protocol import AttachSpec
-from subvec._shm import SharedBlock
+from subvec._process import wire as proto
+from subvec._process.block import bind_rows, slot_writers
+from subvec._process.bootstrap import Lifeline, adopt_registry, tie_to_parent
+from subvec._process.chunks import ChunkAttachment, run_chunk
+from subvec._process.gpus import gpu_environment
+from subvec._process.shm import SharedBlock
+from subvec._process.starts import BuildFailure, StartGate, build_env, maybe_token
+from subvec._process.threads import cap_environment, cap_loaded_blas, cap_torch
+from subvec._process.topology import Placement, apply_placement
+from subvec._process.wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
+from subvec._process.wire import AttachSpec
 from subvec._slab import EnvSlab, SlabResult
-from subvec._starts import BuildFailure, StartGate, build_env, maybe_token
-from subvec._threads import cap_environment, cap_loaded_blas, cap_torch
-from subvec._topology import Placement, apply_placement
-from subvec._wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
 
 __all__ = ["worker_main"]
 
@@ -187,7 +187,7 @@ class _Server:
         self.cmd_fd = cmd_fd
         self.reply_fd = reply_fd
         self.block: SharedBlock | None = None
-        #: with the futex protocol (``_wake``), its words, and our command word at ATTACH
+        #: with the futex protocol (``_process.wake``), its words, and our command word at ATTACH
         self.bell: Bell | None = None
         self.bell_seen = 0
         self.spin_s = 0.0
@@ -297,8 +297,8 @@ class _Server:
                 self.block.close()
 
     def serve_bell(self) -> None:
-        """Serve commands announced in the block (``_wake``) until CLOSE: a plain STEP there,
-        anything else as frames on the command pipe, up to the announced seq (earlier frames
+        """Serve commands announced in the block (``_process.wake``) until CLOSE: a plain STEP
+        there, anything else as frames on the command pipe, up to the announced seq (earlier frames
         are commands the parent stopped waiting for: served in order, their replies dropped
         there as stale, as with the pipes alone)."""
         bell, index = self.bell, self.index

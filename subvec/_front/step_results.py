@@ -18,11 +18,11 @@ import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._batch import BatchViews
-from subvec._merge import InfoMerger, Part
-from subvec._observations import ObservationBatch
-from subvec._recycle import Recycler
-from subvec._results import final_obs_parts
-from subvec._units import Units
+from subvec._front.merge import InfoMerger, Part
+from subvec._front.observations import ObservationBatch
+from subvec._front.recycle import Recycler
+from subvec._front.results import final_obs_parts
+from subvec._front.units import Units
 
 __all__ = ["StepFront", "StepResults"]
 

@@ -11,7 +11,7 @@ Data flow::
       CUDA_VISIBLE_DEVICES of the parent
           -> GpuTopology [Gpu(index, bus_id, node, cuda_id)]
     resolve_gpus(gpus=...) -> [Gpu]
-    plan_placement(..., gpus)  (``_topology``)
+    plan_placement(..., gpus)  (``_process.topology``)
           -> Placement(w, node of its GPU, cpus, gpu) ---> gpu_environment(placement, env)
                                                              CUDA_VISIBLE_DEVICES, then
                                                              the user's worker_env, then

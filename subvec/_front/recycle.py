@@ -32,12 +32,11 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec._backend import Collected, Failure, Outcome, Unit
+from subvec._backend import Collected, Failure, Outcome, RestartRecord, Unit
 from subvec._commands import ResetPayload, Status, UnitReply, raise_first
-from subvec._failures import RestartRecord
+from subvec._front.merge import Part
+from subvec._front.units import Units
 from subvec._infos import as_events
-from subvec._merge import Part
-from subvec._units import Units
 from subvec.errors import first_line
 
 __all__ = ["RecyclePolicy", "Recycler", "RssReader"]
@@ -185,7 +184,7 @@ class RecyclePolicy:
 
 
 class Recycler:
-    """Recycling for :class:`subvec._front.VectorFront`: the front calls its hooks only when
+    """Recycling for :class:`subvec._front.front.VectorFront`: the front calls its hooks only when
     recycling is configured, and hands it the batch arrays each hook reads.
 
     Args:

@@ -34,7 +34,6 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import Backend, Failure, Outcome, Unit
 from subvec._batch import BatchViews
-from subvec._calls import checked_env_ids
 from subvec._commands import (
     Command,
     Status,
@@ -42,13 +41,14 @@ from subvec._commands import (
     UnitReply,
     rebuild_remote_error,
 )
-from subvec._failures import FailurePolicy
-from subvec._merge import InfoMerger, make_merger
-from subvec._options import EnvResetOptions, ResetOptions
-from subvec._results import events_by_env, obs_by_env, with_final_event
+from subvec._front.calls import checked_env_ids
+from subvec._front.merge import InfoMerger, make_merger
+from subvec._front.options import EnvResetOptions, ResetOptions
+from subvec._front.recovery import FailurePolicy
+from subvec._front.results import events_by_env, obs_by_env, with_final_event
+from subvec._front.units import Units
 from subvec._seeding import SeedArg
 from subvec._spaces import per_env_actions, without_tensors
-from subvec._units import Units
 from subvec.errors import RecvTimeoutError
 
 __all__ = ["AsyncEngine", "EnvResult", "FrontHooks"]
@@ -133,7 +133,7 @@ class FrontHooks:
 
 
 class AsyncEngine:
-    """Asynchronous first-k-ready stepping for :class:`subvec._front.VectorFront`, which
+    """Asynchronous first-k-ready stepping for :class:`subvec._front.front.VectorFront`, which
     keeps the public calls and checks its own state before delegating here.
 
     Args:

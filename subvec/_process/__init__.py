@@ -1,0 +1,1 @@
+"""The process backend: worker processes, pipes, shared memory, placement."""
