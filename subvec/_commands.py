@@ -12,7 +12,7 @@ import importlib
 import pickle
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -30,8 +30,6 @@ __all__ = [
     "StepEnvsPayload",
     "StepPayload",
     "UnitReply",
-    "WorkerCounters",
-    "WorkerHello",
     "raise_first",
     "rebuild_remote_error",
     "with_remote_cause",
@@ -66,34 +64,6 @@ class Status(IntEnum):
 
 
 # --- payloads ------------------------------------------------------------------------------
-
-
-@dataclass
-class WorkerHello:
-    """READY: where the worker runs and what its envs look like (sent once its envs are built)."""
-
-    #: the process backend's ``_process.topology.PlacementReport`` (typed loosely here: the
-    #: vocabulary imports no backend's module)
-    placement: Any
-    observation_spaces: list[Any]
-    action_spaces: list[Any]
-    metadata: dict[str, Any]
-    render_mode: str | None
-    #: failed attempts of factories that were tried again (``build_retries``; ``_process.starts``)
-    build_failures: list[Any] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class WorkerCounters:
-    """STATS: what a worker has done since it started (see ``SubprocVectorEnv.stats``).
-
-    ``busy_s`` is the time from reading a command to having replied to it (the envs' work,
-    and the little around it); ``waiting_s`` the time between a reply and the next command.
-    """
-
-    env_steps: int  # env.step calls of STEP and STEP_ENVS commands (autoresets included)
-    busy_s: float
-    waiting_s: float
 
 
 class ResetPayload(NamedTuple):

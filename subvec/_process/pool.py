@@ -31,8 +31,6 @@ from subvec._backend import Collected, Failure, Outcome
 from subvec._commands import (
     Command,
     Status,
-    WorkerCounters,
-    WorkerHello,
     raise_first,
 )
 from subvec._process import wire as proto
@@ -61,7 +59,7 @@ from subvec._process.shm import SharedBlock
 from subvec._process.starts import BuildFailure, StartGate
 from subvec._process.topology import Placement
 from subvec._process.wake import PIPES, Bell
-from subvec._process.wire import AttachSpec
+from subvec._process.wire import AttachSpec, WorkerCounters, WorkerHello
 from subvec._process.worker import worker_main
 
 __all__ = ["Worker", "WorkerPool", "release"]

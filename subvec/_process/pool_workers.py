@@ -13,11 +13,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from subvec._backend import PLAIN, Failure, Outcome
-from subvec._commands import Command, ErrorRecord, Status, WorkerHello, rebuild_remote_error
+from subvec._commands import Command, ErrorRecord, Status, rebuild_remote_error
 from subvec._process import wire as proto
 from subvec._process.shm import SharedBlock
 from subvec._process.starts import StartGate
 from subvec._process.wake import PIPE_KIND, Bell
+from subvec._process.wire import WorkerHello
 from subvec.errors import describe_exitcode
 
 __all__ = [

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from subvec._backend import RestartRecord
-from subvec._commands import WorkerCounters
+from subvec._process.wire import WorkerCounters
 
 __all__ = ["WorkerStats", "process_rss", "worker_stats"]
 

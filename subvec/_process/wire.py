@@ -24,13 +24,15 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from subvec._commands import (
     ChunkBlockSpec,
     StepEnvsPayload,
 )
+from subvec._process.starts import BuildFailure
+from subvec._process.topology import PlacementReport
 
 if TYPE_CHECKING:
     from subvec._process.shm import BlockLayout
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADER",
     "AttachSpec",
+    "WorkerCounters",
+    "WorkerHello",
     "decode_step_envs",
     "dumps",
     "encode_step_envs",
@@ -46,6 +50,37 @@ __all__ = [
     "read_frame",
     "write_frame",
 ]
+
+# --- the records only workers send ----------------------------------------------------------
+
+
+@dataclass
+class WorkerHello:
+    """READY: where the worker runs and what its envs look like (sent once its envs are built)."""
+
+    placement: PlacementReport
+    observation_spaces: list[Any]
+    action_spaces: list[Any]
+    metadata: dict[str, Any]
+    render_mode: str | None
+    #: failed attempts of factories that were tried again (``build_retries``; ``_process.starts``)
+    build_failures: list[BuildFailure] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkerCounters:
+    """STATS: what a worker has done since it started (see ``SubprocVectorEnv.stats``).
+
+    ``busy_s`` is the time from reading a command to having replied to it (the envs' work,
+    and the little around it); ``waiting_s`` the time between a reply and the next command.
+    """
+
+    env_steps: int  # env.step calls of STEP and STEP_ENVS commands (autoresets included)
+    busy_s: float
+    waiting_s: float
+
+
+# --- framing ---------------------------------------------------------------------------------
 
 HEADER = struct.Struct("<IBI")
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL

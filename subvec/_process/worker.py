@@ -46,8 +46,6 @@ from subvec._commands import (
     Status,
     StepEnvsPayload,
     UnitReply,
-    WorkerCounters,
-    WorkerHello,
 )
 from subvec._infos import InfoBlockWriter, to_columns
 from subvec._process import wire as proto
@@ -60,7 +58,7 @@ from subvec._process.starts import BuildFailure, StartGate, build_env, maybe_tok
 from subvec._process.threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._process.topology import Placement, apply_placement
 from subvec._process.wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
-from subvec._process.wire import AttachSpec
+from subvec._process.wire import AttachSpec, WorkerCounters, WorkerHello
 from subvec._slab import EnvSlab, SlabResult
 
 __all__ = ["worker_main"]
