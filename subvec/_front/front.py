@@ -7,17 +7,13 @@
                  ├── LocalShare (``_process.local``): the parent's own envs, run inside collect
                  └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
 
-Its mixin adds calls and attributes (``_front.calls``); asynchronous stepping (``_front.stepping``),
-recycling (``_front.recycle``) and action chunks (``_front.chunk``) are components it owns, which
-hold no strong reference to it, and so are the lock-step exchange (``_front.exchange``: sending a
-command, collecting with the failure policy, the answers as parts, closing the backends), the
-observation batch it hands out (``_front.observations``), a step's results (``_front.step_results``)
-and the recovery from failed units in lock-step calls (``_front.recovery.Recovery``: restarts, the
-broken state, rebuilds); reset options are checked and sliced per unit in ``_front.options``, and
-the call states are ``_front.state``. What it is built from
-(hellos, option checks, spaces) is ``_front.setup``. Its units and every replacement of one go
-through ``_front.units``; per-env results are read out of a unit's reply by ``_front.results``, for
-lock-step and async alike. The batch arrays are the backend's, seen through ``_batch``.
+The front owns its state and the components that act on it, each in a module of this package
+and none holding a strong reference back: the lock-step exchange (``exchange``), recovery
+(``recovery``), the observation batch (``observations``), a step's results (``step_results``),
+reset options (``options``), the asynchronous engine (``stepping``), recycling (``recycle``)
+and action chunks (``chunk``). Its one mixin adds calls and attributes (``calls``). What it is
+built from is ``setup``; its units and every replacement of one go through ``units``; the call
+states are ``state``. The batch arrays are the backend's, seen through ``subvec._batch``.
 
 The front knows no pipes and no processes (tests/test_rooms.py holds it to that). Every
 fixed-size result of a call is already in the batch arrays when a unit answers (for the
