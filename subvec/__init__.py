@@ -59,8 +59,9 @@ Public classes and faces (they see both rooms):
     factory           make_vec (and the kwargs checks the SB3 face reuses)
     _sb3_ops          per-env operations the SB3 face runs in the workers (no SB3 import)
     sb3               the Stable-Baselines3 VecEnv (imports SB3; never imported from here)
-    _ray, ray         the Ray backend (actors holding SubprocVectorEnvs) and RayVectorEnv
-                      (import ray; never imported from here)
+    _ray, _ray_actor  the Ray backend: the driver's side, and the actors holding
+                      SubprocVectorEnvs (import ray; never imported from here)
+    ray               RayVectorEnv (imports ray; never imported from here)
 
 ``import subvec`` never imports torch, Stable-Baselines3 or ray.
 """

@@ -49,14 +49,13 @@ from subvec._process.plan import check_max_concurrency, split
 from subvec._process.starts import check_build_retries
 from subvec._ray import (
     RELEASE_GRACE,
-    THREAD_CAPS,
-    EnvActor,
     RayActors,
     RayResources,
     action_store,
     alive_nodes,
     release,
 )
+from subvec._ray_actor import THREAD_CAPS, EnvActor
 from subvec.errors import PlacementError
 
 __all__ = ["ActorPlacement", "RayVectorEnv"]

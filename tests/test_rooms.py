@@ -26,13 +26,14 @@ FRONT = ("subvec._front",)
 NOT_FOR_THE_FRONT = (
     "subvec._process",
     "subvec._ray",
+    "subvec._ray_actor",
     "subvec.ray",
     "ray",
     "multiprocessing",
     "select",
 )
 #: The backends, which never import the front (only the public classes see both rooms).
-BACKENDS = ("subvec._process", "subvec._ray")
+BACKENDS = ("subvec._process", "subvec._ray", "subvec._ray_actor")
 
 PACKAGE_DIR = Path(subvec.__file__).parent
 
