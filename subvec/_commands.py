@@ -28,7 +28,6 @@ __all__ = [
     "SetAttrPayload",
     "Status",
     "StepEnvsPayload",
-    "StepPayload",
     "UnitReply",
     "raise_first",
     "rebuild_remote_error",
@@ -45,11 +44,13 @@ class Command(IntEnum):
 
     ATTACH = 1  # payload: AttachSpec; map the shared block, bind the envs' rows
     RESET = 2  # payload: ResetPayload
-    STEP = 3  # payload: empty (actions in shared memory, the space's dtypes) or StepPayload
+    #: the short form of a STEP_ENVS of every env of a unit with the actions in the block in
+    #: the space's dtypes and one sub-step (the steady step): no payload, the same reply
+    STEP = 3
     CALL = 4  # payload: CallPayload; get_attr is CALL of a non-callable
     SET_ATTR = 5  # payload: SetAttrPayload
     CLOSE = 6  # payload: empty; the worker closes its envs, replies, exits
-    STEP_ENVS = 7  # payload: encode_step_envs(StepEnvsPayload); some envs (asynchronous)
+    STEP_ENVS = 7  # payload: StepEnvsPayload; the step command of lock-step, async and chunks
     STATS = 8  # payload: empty; the reply is a pickled WorkerCounters
     SET_RESET_OPTIONS = 9  # payload: ResetOptionsPayload; the options of later autoresets
 
@@ -100,19 +101,20 @@ class ChunkBlockSpec(NamedTuple):
 
 
 class StepEnvsPayload(NamedTuple):
-    """STEP_ENVS: step only these envs (local indices, ascending) with these actions, by
-    value, or (None) with the actions in their rows of the block, in the space's dtypes. The
-    reply is ``(infos, observations, errors)``: an env that raises is reported in ``errors``
-    as ``(local env, ErrorRecord)`` and the others still step.
+    """STEP_ENVS, the one step command: step these envs (local indices, ascending; None:
+    every env of the unit, a lock-step ``step()``) ``substeps`` times each, with these
+    actions, by value, or (None) with the actions in their rows of the block, in the space's
+    dtypes or in ``action_dtypes``. The reply is a :class:`UnitReply` (or a plain OK): an env
+    that raises is reported in its ``errors`` as ``(local env, ErrorRecord)`` and the others
+    still step; the front's ``step()`` then raises the first of them.
 
     With ``substeps`` K > 1 it is an action chunk (``step_chunk``; ``_process.chunks.run_chunk``):
     each env runs K sub-steps before the unit answers, the actions and per-sub-step results
     in the chunk block ``block`` (actions by value: the unit's rows of each action leaf,
-    ``(envs, K, *shape)``). The reply is then a :class:`UnitReply` with chunk events
-    ``(local env, sub-step, info)``, or an error: an env's error ends the chunk, as it ends
-    a step."""
+    ``(envs, K, *shape)``). The reply then holds chunk events ``(local env, sub-step, info)``;
+    an env's error ends the unit's chunk (the reply is the error)."""
 
-    envs: Sequence[int]
+    envs: Sequence[int] | None
     actions: Sequence[Any] | None
     #: sub-steps each env runs before the unit answers (``step()`` and ``send()``: 1)
     substeps: int = 1
@@ -122,14 +124,8 @@ class StepEnvsPayload(NamedTuple):
     all_obs: bool = False
     #: a chunk's block (None: Ray, whose actors answer with their arrays)
     block: ChunkBlockSpec | None = None
-
-
-class StepPayload(NamedTuple):
-    """STEP with something to say (a plain STEP has no payload: the actions are in the block,
-    in the action space's dtypes): the actions of the unit's envs by value, or the dtypes
-    (``np.dtype.str``, one per action leaf) the parent stored them in the block with."""
-
-    actions: Sequence[Any] | None
+    #: the dtypes the parent stored the actions in the block with, ``np.dtype.str`` per
+    #: action leaf, where they are not the space's (None: the space's)
     action_dtypes: tuple[str, ...] | None = None
 
 
@@ -305,11 +301,11 @@ def raise_first(errors: Sequence[BaseException]) -> None:
 
 
 class UnitReply(NamedTuple):
-    """What a unit says back to a step, a reset or a STEP_ENVS beyond the batch arrays
+    """What a unit says back to a step or a reset beyond the batch arrays
     (``Status.OK_PAYLOAD``): its envs' info events (local env indices; a list of
     ``(env, info)`` or columns, see ``_infos``), the observations that travel by value
-    (``[(local env, obs)]`` or None), and, for STEP_ENVS, the envs whose step raised
-    (``[(local env, ErrorRecord)]``; the others still stepped)."""
+    (``[(local env, obs)]`` or None), and the envs whose step raised
+    (``[(local env, ErrorRecord)]`` or None; the others still stepped)."""
 
     infos: Any
     obs: Sequence[tuple[int, Any]] | None

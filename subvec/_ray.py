@@ -37,7 +37,6 @@ from subvec._backend import PLAIN, Collected, Failure, Unit
 from subvec._commands import (
     Command,
     Status,
-    StepPayload,
     UnitReply,
     with_remote_cause,
 )
@@ -281,7 +280,7 @@ class RayActors:
         self._rewards, self._terminations, self._truncations = rewards, terminations, truncations
         self._observations = observations  # None: observations travel by value
         self._regions = regions
-        self._action_rows: dict[tuple[tuple[str, ...] | None, int, int], Any] = {}
+        self._action_rows_cache: dict[tuple[tuple[str, ...] | None, int, int], Any] = {}
 
     # --- the backend ------------------------------------------------------------------------
 
@@ -300,26 +299,25 @@ class RayActors:
         """One Ray call per unit: ``actor.run(command, payload)``."""
         for unit in self.units_ if units is None else units:
             sent = per_unit(unit) if per_unit is not None else payload
-            if command is Command.STEP:
-                sent = self._step_payload(unit, sent)
+            if command is Command.STEP_ENVS and sent.envs is None and sent.actions is None:
+                # a lock-step step with its actions in our batch: the unit's rows go
+                sent = sent._replace(actions=self._action_rows(unit, sent.action_dtypes))
             elif command is Command.RESET and sent.mask is not None and not any(sent.mask):
                 self._inflight[unit.index] = _NOT_SENT
                 continue
             self._inflight[unit.index] = (unit.actor.run.remote(int(command), sent), command)
 
-    def _step_payload(self, unit: ActorUnit, payload: StepPayload | None) -> Any:
-        if payload is not None and payload.actions is not None:
-            return payload  # by value: each env gets its object as it is
-        dtypes = None if payload is None else payload.action_dtypes
+    def _action_rows(self, unit: ActorUnit, dtypes: tuple[str, ...] | None) -> BatchActions:
+        """The unit's rows of the driver's action batch, in ``dtypes`` (None: the space's)."""
         key = (dtypes, unit.lo, unit.hi)
-        rows = self._action_rows.get(key)
+        rows = self._action_rows_cache.get(key)
         if rows is None:
             regions = self._regions
             assert regions is not None
             names = dtypes or tuple(leaf.dtype.str for leaf in regions.leaves)
             leaves = [regions.view(k, np.dtype(d)) for k, d in enumerate(names)]
             views = (leaf[unit.lo : unit.hi] for leaf in leaves if leaf is not None)
-            rows = self._action_rows[key] = _spaces.build_views(regions.space, views)
+            rows = self._action_rows_cache[key] = _spaces.build_views(regions.space, views)
         return BatchActions(rows)  # Ray serialises the rows in .remote(): a copy
 
     def collect(
@@ -424,17 +422,18 @@ class RayActors:
             else:
                 into.outcomes[unit.index] = (status, with_remote_cause(value))
             return
-        if command is Command.STEP or command is Command.RESET:
-            reply: StepReply = value
+        if command is Command.STEP_ENVS and isinstance(value, UnitReply):  # an action chunk
+            into.outcomes[unit.index] = (Status.OK_PAYLOAD, value)
+            return
+        if command is Command.RESET or (command is Command.STEP_ENVS and value[1] is None):
+            # a reset, or a lock-step step (every env of the unit: ``done`` is None)
+            reply: StepReply = value if command is Command.RESET else value[0]
             self._write(reply, slice(unit.lo, unit.hi))
             by_value = reply.obs if self._observations is None else None
             if reply.events or by_value is not None:
                 into.outcomes[unit.index] = (Status.OK_PAYLOAD, UnitReply(reply.events, by_value))
             return
-        if command is Command.STEP_ENVS and isinstance(value, UnitReply):  # an action chunk
-            into.outcomes[unit.index] = (Status.OK_PAYLOAD, value)
-            return
-        if command is Command.STEP_ENVS:
+        if command is Command.STEP_ENVS:  # asynchronous stepping's: some envs
             reply, done, errors = value
             self._write(reply, [unit.lo + e for e in done])
             by_value = None

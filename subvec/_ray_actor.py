@@ -33,7 +33,6 @@ from subvec._commands import (
     SetAttrPayload,
     Status,
     StepEnvsPayload,
-    StepPayload,
     UnitReply,
 )
 from subvec._infos import InfoEvent
@@ -64,8 +63,9 @@ THREAD_CAPS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THR
 
 
 class BatchActions(NamedTuple):
-    """STEP: the actions of an actor's envs as one batch (rows ``lo..hi`` of the caller's,
-    in the caller's dtypes); by-value actions travel as a ``StepPayload``."""
+    """A lock-step step's actions (``StepEnvsPayload.actions``, every env of the actor) as
+    one batch: rows ``lo..hi`` of the driver's, in the caller's dtypes. By-value actions
+    travel as a list, one per env."""
 
     actions: Any
 
@@ -79,7 +79,7 @@ class InnerFailure(NamedTuple):
 
 
 class StepReply(NamedTuple):
-    """An actor's answer to STEP (and RESET, with ``None`` rewards and flags)."""
+    """An actor's answer to a step (and to RESET, with ``None`` rewards and flags)."""
 
     obs: Any  # the batch of its envs; by value: [(local env, observation)]
     rewards: np.ndarray | None
@@ -201,20 +201,8 @@ class EnvActor:
         env = self.env
         outcome: tuple[Status, Any]
         try:
-            if command == Command.STEP:
-                if isinstance(payload, StepPayload):  # by value, exactly as given
-                    env._step_async_values(payload.actions)
-                    obs, rewards, terminations, truncations, infos = env.step_wait()
-                else:
-                    obs, rewards, terminations, truncations, infos = env.step(payload.actions)
-                reply = StepReply(
-                    self._obs(obs),
-                    rewards,
-                    terminations,
-                    truncations,
-                    _events(infos, self._same_step),
-                )
-                outcome = Status.OK_PAYLOAD, reply
+            if command == Command.STEP_ENVS and payload.envs is None:  # a lock-step step
+                outcome = self._step_all(payload)
             elif command == Command.RESET:
                 reset: ResetPayload = payload
                 if reset.stored is not None:  # a replacement's: the options its envs keep
@@ -260,18 +248,38 @@ class EnvActor:
             outcome = Status.ERROR, self._global(exc)
         return (*outcome, self._new_restarts())
 
+    def _step_all(self, payload: StepEnvsPayload) -> tuple[Status, Any]:
+        """A lock-step step of every env: the local vector env's own ``step()`` (its steady
+        path) over the driver's rows (:class:`BatchActions`), or each env's action exactly as
+        given (by value). The reply is :meth:`_step_envs`' with every env done (``None``) and
+        no env errors: an env's error fails the whole step, as the local ``step()`` raises it
+        (after its other envs stepped)."""
+        env = self.env
+        actions = payload.actions
+        if isinstance(actions, BatchActions):
+            obs, rewards, terminations, truncations, infos = env.step(actions.actions)
+        else:
+            assert actions is not None
+            env._step_async_values(actions)
+            obs, rewards, terminations, truncations, infos = env.step_wait()
+        events = _events(infos, self._same_step)
+        reply = StepReply(self._obs(obs), rewards, terminations, truncations, events)
+        return Status.OK_PAYLOAD, (reply, None, None)
+
     def _step_envs(self, payload: StepEnvsPayload) -> tuple[Status, Any]:
         """Asynchronous stepping's command: step only ``payload.envs`` (local, ascending) with
         their actions, through the local vector env's own send/recv; answer with their rows
         (in that order), events and the errors of the envs whose step raised."""
         env = self.env
-        k = len(payload.envs)
+        envs = payload.envs
+        assert envs is not None  # asynchronous stepping names its envs
+        k = len(envs)
         space = env.single_action_space
         out: Any = create_empty_array(space, n=k, fn=np.zeros)
         # by value always: the driver's batch arrays are not the actor's to read
         assert payload.actions is not None
         batch = concatenate(space, payload.actions, out)
-        env.send(batch, list(payload.envs))
+        env.send(batch, list(envs))
         rows: dict[int, tuple[Any, float, bool, bool, dict[str, Any]]] = {}
         errors: list[tuple[int, ErrorRecord]] = []
         while len(rows) + len(errors) < k:
@@ -285,7 +293,7 @@ class EnvActor:
             for r, info in enumerate(infos):
                 local = int(info.pop("env_id"))
                 rows[local] = (items[r], rewards[r], terms[r], truncs[r], info)
-        done = [e for e in payload.envs if e in rows]
+        done = [e for e in envs if e in rows]
         obs_rows = [rows[e][0] for e in done]
         reply = StepReply(
             self._obs_batch(obs_rows),

@@ -35,6 +35,7 @@ every mode included.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +44,7 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec._commands import StepPayload
+from subvec._commands import ErrorRecord
 from subvec.errors import add_note
 
 __all__ = [
@@ -99,11 +100,26 @@ class SlabResult:
     infos: list[InfoEvent] = field(default_factory=list)
     #: by-value observations (local env, obs); of a split nest, (local env, its other leaves)
     obs: list[tuple[int, Any]] | None = None
-    #: ``step_envs`` only: the envs that raised, ``(local env, exception)``
+    #: the envs whose step raised, ``(local env, exception)`` (None: none)
     errors: list[tuple[int, Exception]] | None = None
 
     def is_empty(self) -> bool:
         return not self.infos and not self.obs and not self.errors
+
+    def error_records(self, first_index: int) -> list[tuple[int, ErrorRecord]] | None:
+        """The envs that raised as ``(local env, ErrorRecord)`` naming their global index
+        (the first env's is ``first_index``); None: none. Each exception's frames are cleared
+        once captured: its traceback holds the step's frame, which holds this result, and
+        through its arrays the shared block, which would stay mapped until the cycle
+        collector ran."""
+        if not self.errors:
+            return None
+        records = []
+        for local, exc in self.errors:
+            records.append((local, ErrorRecord.capture(exc, first_index + local, "step")))
+            traceback.clear_frames(exc.__traceback__)
+        self.errors = None
+        return records
 
 
 @dataclass
@@ -289,25 +305,39 @@ class EnvSlab:
                 result.infos.append((i, info))
         return result
 
-    def step_with(self, payload: StepPayload) -> SlabResult:
-        """Step every env with the actions a STEP payload names: given by value, or in the
-        bound arrays in the dtypes it lists."""
-        if payload.actions is not None:
-            return self.step(payload.actions)
-        assert self.arrays is not None and self.arrays.action_reader is not None
-        assert payload.action_dtypes is not None
-        return self.step(read=self.arrays.action_reader(payload.action_dtypes))
-
     def step(
-        self, actions: Sequence[Any] | None = None, read: Callable[[int], Any] | None = None
+        self,
+        envs: Sequence[int] | None = None,
+        actions: Sequence[Any] | None = None,
+        action_dtypes: tuple[str, ...] | None = None,
     ) -> SlabResult:
-        """Step every env once with its action: ``actions[i]`` if given, else ``read(i)``
-        (default: the bound arrays' reader)."""
+        """Step the envs at local ``envs`` (ascending; None: every env) once each: what
+        ``step()`` does to an env, and what the front's step command with one sub-step asks
+        of a unit, lock-step and asynchronous alike.
+
+        Args:
+            envs: the local envs to step, ascending (None: every env).
+            actions: one action per env of ``envs``, by value (None: each env's action in the
+                bound arrays).
+            action_dtypes: the dtypes the parent stored the actions in the bound arrays with
+                (``np.dtype.str`` per action leaf; None: the action space's).
+
+        Returns:
+            The infos, the by-value observations and the envs that raised. An env that
+            raises is reported as ``(local env, exception)`` and the others still step: each
+            env's error belongs to that env's own result.
+        """
         arrays = self.arrays
         assert arrays is not None, "bind() first"
+        indices: Sequence[int] = range(len(self.envs)) if envs is None else envs
+        read: Callable[[int], Any]
         if actions is not None:
-            read = actions.__getitem__
-        elif read is None:
+            read = actions.__getitem__ if envs is None else dict(zip(envs, actions)).__getitem__
+        elif action_dtypes is not None:
+            assert arrays.action_reader is not None
+            read = arrays.action_reader(action_dtypes)
+        else:
+            assert arrays.read_action is not None, "no actions in the arrays: give them by value"
             read = arrays.read_action
         write = arrays.write_obs
         rewards, terms, truncs = arrays.rewards, arrays.terminations, arrays.truncations
@@ -317,96 +347,62 @@ class EnvSlab:
         needs_reset = self.needs_reset
         result = SlabResult()
         infos = result.infos
+        errors: list[tuple[int, Exception]] | None = None
         i = 0
         try:
-            for i, env in enumerate(self.envs):
-                if next_step and needs_reset[i]:
-                    obs, info = self._autoreset(i)
-                    rewards[i] = 0.0
-                    terms[i] = False
-                    truncs[i] = False
-                    needs_reset[i] = False
-                else:
-                    obs, reward, terminated, truncated, info = env.step(read(i))  # type: ignore[misc]
-                    try:
-                        rewards[i] = reward
-                        terms[i] = terminated
-                        truncs[i] = truncated
-                    except (TypeError, ValueError) as exc:
-                        raise _unbatchable(exc, reward, terminated, truncated) from None
-                    if terminated or truncated:
-                        if same_step:
-                            # Taken before reset(): an env that mutates and returns one buffer
-                            # (or info dict) would otherwise show the reset's contents there.
-                            if store_final is None or not store_final(obs, i):
-                                final = {"final_obs": snapshot(obs), "final_info": snapshot(info)}
-                                infos.append((i, final))
-                            elif info:
-                                kept = {"final_obs": FinalObsInBlock, "final_info": snapshot(info)}
-                                infos.append((i, kept))
-                            obs, info = self._autoreset(i)
-                        else:
+            for i in indices:
+                try:
+                    if next_step and needs_reset[i]:
+                        obs, info = self._autoreset(i)
+                        rewards[i] = 0.0
+                        terms[i] = False
+                        truncs[i] = False
+                        needs_reset[i] = False
+                    else:
+                        obs, reward, terminated, truncated, info = self.envs[i].step(read(i))
+                        try:
+                            rewards[i] = reward
+                            terms[i] = terminated
+                            truncs[i] = truncated
+                        except (TypeError, ValueError) as exc:
+                            raise _unbatchable(exc, reward, terminated, truncated) from None
+                        if (terminated or truncated) and same_step:
+                            obs, info = self._reset_at_end(i, obs, info, infos, store_final)
+                        elif terminated or truncated:
                             needs_reset[i] = True
-                if write is not None:
-                    write(obs, i)
-                else:
-                    self._emit_obs(result, i, obs)
+                    if write is not None:
+                        write(obs, i)
+                    else:
+                        self._emit_obs(result, i, obs)
+                except Exception as exc:
+                    if errors is None:
+                        errors = result.errors = []
+                    errors.append((i, exc))
+                    continue
                 if info:
                     infos.append((i, info))
         finally:
-            # Which env raised (error reports name it); set once, not per env.
+            # Which env ran last (a reply that cannot be sent names it); set once, not per env.
             self.current = i
         return result
 
-    def step_envs(self, indices: Sequence[int], actions: Sequence[Any] | None) -> SlabResult:
-        """Step the envs at local ``indices`` (ascending) with ``actions`` (one each, by value;
-        None: each env's action in the bound arrays), as :meth:`step` steps every env. An env
-        that raises is reported in ``SlabResult.errors`` and the others still step: with
-        asynchronous stepping each env's error belongs to that env's own result."""
-        arrays = self.arrays
-        assert arrays is not None, "bind() first"
-        next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
-        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-        store_final = arrays.store_final_obs
-        result = SlabResult(errors=[])
-        errors: list[tuple[int, Exception]] = []
-        infos = result.infos
-        read = arrays.read_action if actions is None else None
-        for j, i in enumerate(indices):
-            self.current = i
-            env = self.envs[i]
-            try:
-                if read is not None:
-                    action = read(i)
-                else:
-                    assert actions is not None
-                    action = actions[j]
-                if next_step and self.needs_reset[i]:
-                    obs, info = self._autoreset(i)
-                    reward: Any = 0.0
-                    terminated, truncated = False, False
-                    self.needs_reset[i] = False
-                else:
-                    obs, reward, terminated, truncated, info = env.step(action)
-                    if (terminated or truncated) and not same_step:
-                        self.needs_reset[i] = True
-                    elif terminated or truncated:
-                        if store_final is None or not store_final(obs, i):
-                            infos.append((i, {"final_obs": obs, "final_info": info}))
-                        elif info:
-                            infos.append((i, {"final_obs": FinalObsInBlock, "final_info": info}))
-                        obs, info = self._autoreset(i)
-                arrays.rewards[i] = reward
-                arrays.terminations[i] = terminated
-                arrays.truncations[i] = truncated
-                self._emit_obs(result, i, obs)
-            except Exception as exc:
-                errors.append((i, exc))
-                continue
-            if info:
-                infos.append((i, info))
-        result.errors = errors or None
-        return result
+    def _reset_at_end(
+        self,
+        i: int,
+        obs: Any,
+        info: dict[str, Any],
+        infos: list[InfoEvent],
+        store_final: Callable[[Any, int], bool] | None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """SAME_STEP: env ``i``'s episode ended with ``obs`` and ``info``: its final event
+        (the final observation in the block where ``store_final`` keeps it), then its reset."""
+        # Taken before reset(): an env that mutates and returns one buffer (or info dict)
+        # would otherwise show the reset's contents there.
+        if store_final is None or not store_final(obs, i):
+            infos.append((i, {"final_obs": snapshot(obs), "final_info": snapshot(info)}))
+        elif info:
+            infos.append((i, {"final_obs": FinalObsInBlock, "final_info": snapshot(info)}))
+        return self._autoreset(i)
 
     def step_chunk(
         self,

@@ -57,6 +57,24 @@ def check_env_error_in_step(make: Make, env_pid: EnvPid) -> None:
         envs.step(ACTIONS)
 
 
+def check_env_errors_leave_the_other_envs_stepped(make: Make) -> None:
+    """Envs 0 and 2 (the first of each unit) raise in the same step: every other env still
+    steps (a unit's error does not end its step), ``step`` raises env 0's error with a note
+    naming env 2's, and the next step runs every env again."""
+    fns = crash_fns(4, 0, "raise")
+    fns[2] = fns[0]
+    with make(fns) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(KeyError) as info:
+            envs.step(ACTIONS)
+        err = info.value
+        assert err.env_index == 0
+        assert any("env 2: KeyError" in note for note in getattr(err, "__notes__", ()))
+        assert list(envs.get_attr("t")) == [1, 1, 1, 1]
+        envs.step(ACTIONS)
+        assert list(envs.get_attr("t")) == [2, 2, 2, 2]
+
+
 def check_env_error_in_reset_and_call(make: Make, *, one_unit: bool = False) -> None:
     """Errors in ``reset`` and ``call`` name the env and the command; when envs of several
     units raise, one exception (the lowest env's) and the others in a note (``one_unit``:

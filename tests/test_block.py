@@ -16,7 +16,9 @@ from subvec._commands import (
     ResetPayload,
     SetAttrPayload,
     Status,
+    StepEnvsPayload,
     UnitReply,
+    rebuild_remote_error,
 )
 from subvec._front.merge import make_merger
 from subvec._process.block import (
@@ -156,11 +158,16 @@ def test_local_share_runs_commands_inside_collect(image_block: Any) -> None:
     local.send(Command.SET_ATTR, per_unit=lambda u: SetAttrPayload("marker", ["x", "y"]))
     assert local.collect(None, "setting") is None  # a plain OK
     assert local.slab.envs[1].get_wrapper_attr("marker") == "y"
-    local.send(Command.STEP)
+    local.send(Command.STEP_ENVS, StepEnvsPayload(None, None))  # a lock-step step
     got = local.collect(None, "stepping")
     assert got is not None
-    status, error = got.outcomes[1]
-    assert status is Status.ERROR and isinstance(error, KeyError) and error.env_index == 3
+    status, reply = got.outcomes[1]
+    # the env that raised is reported on its own (as a worker's), the other one stepped
+    assert status is Status.OK_PAYLOAD and [local for local, _ in reply.errors] == [1]
+    ((_, record),) = reply.errors
+    error = rebuild_remote_error(record, local.pid)
+    assert isinstance(error, KeyError) and error.env_index == 3
+    assert local.slab.envs[0].get_wrapper_attr("t") == 1
     assert local.collect(None, "nothing sent") is None
     assert local.collect_ready([local], 1, 0.0, "nothing sent").outcomes == {}
     assert PLAIN == (Status.OK, None)

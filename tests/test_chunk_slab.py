@@ -287,7 +287,7 @@ def test_rewards_and_flags_are_stored_as_a_step_stores_them() -> None:
     stepped.bind(rows)
     want = []
     for _ in script:
-        stepped.step([np.int64(0)])
+        stepped.step(actions=[np.int64(0)])
         want.append((rows.rewards[0], rows.terminations[0], rows.truncations[0]))
     chunked = EnvSlab([ScriptedEnv(script)], 0, AutoresetMode.SAME_STEP)
     chunked.bind(SlabArrays(np.zeros(1), np.zeros(1, dtype=np.bool_), np.zeros(1, np.bool_)))

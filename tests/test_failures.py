@@ -50,6 +50,7 @@ from tests.envs import (
 from tests.failure_checks import (
     check_env_error_in_reset_and_call,
     check_env_error_in_step,
+    check_env_errors_leave_the_other_envs_stepped,
     check_factory_error,
     check_lost_unit_is_restarted,
     check_lost_unit_raises_and_reset_rebuilds_it,
@@ -103,6 +104,12 @@ def parent(envs: Any, env: int) -> int:
 def test_env_error_in_step_keeps_type_index_pid_and_traceback(make: Any, env_pid: Any) -> None:
     # Env 3 is worker 1's second env: the report names the env that raised, not its worker's first.
     check_env_error_in_step(make, env_pid)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("make", [two_workers, InProcessVectorEnv], ids=["workers", "in_process"])
+def test_env_errors_in_one_step_leave_the_other_envs_stepped(make: Any) -> None:
+    check_env_errors_leave_the_other_envs_stepped(make)
 
 
 @pytest.mark.timeout(60)

@@ -383,8 +383,9 @@ def _final_info_t_of(infos: Any, info_format: str, env: int) -> Any:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["step", "send_recv"])
 @pytest.mark.parametrize("case", list(BUFFER_CASES))
-def test_final_obs_of_an_env_that_reuses_its_buffer_is_the_final_one(case: str) -> None:
+def test_final_obs_of_an_env_that_reuses_its_buffer_is_the_final_one(case: str, how: str) -> None:
     kwargs, space = BUFFER_CASES[case]
     info_format = kwargs.get("info_format", "gymnasium")
 
@@ -397,7 +398,11 @@ def test_final_obs_of_an_env_that_reuses_its_buffer_is_the_final_one(case: str) 
         kept = []
         for _ in range(2):  # two episode ends: the one kept must not change with the second
             for _ in range(3):
-                obs, _, terminated, _, infos = envs.step(np.zeros(2, dtype=np.int64))
+                if how == "step":
+                    obs, _, terminated, _, infos = envs.step(np.zeros(2, dtype=np.int64))
+                else:  # both envs' results in one batch (in either order: both alike)
+                    envs.send(np.zeros(2, dtype=np.int64), env_ids=[0, 1])
+                    obs, _, terminated, _, infos = envs.drain()
             assert terminated.all()
             for env in range(2):
                 final = _final_obs_of(infos, info_format, env)

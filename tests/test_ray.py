@@ -49,6 +49,7 @@ from tests.envs import (  # noqa: E402
 from tests.failure_checks import (  # noqa: E402
     check_env_error_in_reset_and_call,
     check_env_error_in_step,
+    check_env_errors_leave_the_other_envs_stepped,
     check_factory_error,
     check_lost_unit_is_restarted,
     check_lost_unit_raises_and_reset_rebuilds_it,
@@ -198,6 +199,10 @@ def worker_of(envs: RayVectorEnv, env: int) -> int:
 
 def test_env_error_in_step_names_the_env_over_the_whole_vector_env() -> None:
     check_env_error_in_step(RayEnvs, worker_of)
+
+
+def test_env_errors_in_one_step_leave_the_other_envs_stepped() -> None:
+    check_env_errors_leave_the_other_envs_stepped(RayEnvs)
 
 
 def test_env_error_in_reset_and_call_and_one_report_for_many() -> None:
@@ -597,8 +602,8 @@ def test_chunks_match_sync_per_env_with_one_actor_call_per_chunk(mode: Autoreset
             unit.actor.run = Counting()
         calls.clear()
         inside = run_chunks_against_oracle(envs, fns, mode, [1, 3, 8, 8, 5, 8])
-        # one per actor per chunk (a chunk of one sub-step is a step)
-        assert calls.count(Command.STEP_ENVS) == 2 * 5 and calls.count(Command.STEP) == 2
+        # one per actor per chunk (a chunk of one sub-step is a step, the same command)
+        assert calls.count(Command.STEP_ENVS) == 2 * 6 and Command.STEP not in calls
     assert inside >= 1
 
 
@@ -612,7 +617,7 @@ def test_killed_actor_mid_chunk_comes_back_truncated_at_sub_step_zero() -> None:
     with RayEnvs([make_zoo("box_f32")] * 4, on_worker_failure="restart") as envs:
         envs.reset(seed=0)
         envs.step_chunk(np.zeros((4, 2), dtype=np.int64))
-        ray.kill(envs.actors[0])
+        kill_actor(envs, 0)  # gone before the chunk is sent: ray.kill returns at once
         _, rewards, _, truncs, infos = envs.step_chunk(np.zeros((4, 3), dtype=np.int64))
         assert infos["chunk_steps"][:2].tolist() == [1, 1]
         assert truncs[:2, 0].all() and rewards[:2].tolist() == [[0.0] * 3] * 2

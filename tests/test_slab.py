@@ -179,7 +179,7 @@ def test_observations_and_actions_by_value() -> None:
     want, _ = oracle.reset(seed=[1, 2])
     assert reset.obs == [(0, want[0]), (1, want[1])]
     for _ in range(10):
-        result = h.slab.step([2, 0])
+        result = h.slab.step(actions=[2, 0])
         obs, *_ = oracle.step(np.array([2, 0]))
         assert result.obs == [(0, obs[0]), (1, obs[1])]
     assert [env.last_action for env in h.slab.envs] == [2, 0]
@@ -313,7 +313,7 @@ class Faulty(ZooEnv):
         self._maybe("close")
 
 
-@pytest.mark.parametrize("where", ["reset", "step", "call", "set_attr"])
+@pytest.mark.parametrize("where", ["reset", "call", "set_attr"])
 def test_current_env_names_the_env_that_raised(where: str) -> None:
     fns = [lambda i=i: Faulty(i, i == 2, where) for i in range(4)]
     h = Harness(fns, AutoresetMode.NEXT_STEP, first_index=10)
@@ -321,7 +321,6 @@ def test_current_env_names_the_env_that_raised(where: str) -> None:
     assert h.slab.current_env == 13
     run = {
         "reset": lambda: h.slab.reset([None] * 4, None),
-        "step": lambda: h.step(np.zeros(4, dtype=np.int64)),
         "call": lambda: h.slab.call("poke", (), {}),
         "set_attr": lambda: h.slab.set_attr("knob", [1, 2, 3, 4]),
     }[where]
@@ -332,7 +331,25 @@ def test_current_env_names_the_env_that_raised(where: str) -> None:
     assert h.slab.current_env == 13  # moves on with the next command
 
 
-def test_current_env_names_an_env_whose_same_step_reset_raised() -> None:
+@pytest.mark.parametrize("envs", [None, [1, 2, 3]], ids=["every-env", "some-envs"])
+def test_a_step_reports_each_env_that_raised_and_steps_the_others(envs: Any) -> None:
+    fns = [lambda i=i: Faulty(i, i in (1, 2), "step") for i in range(4)]
+    h = Harness(fns, AutoresetMode.NEXT_STEP, first_index=10)
+    h.slab.reset([0, 1, 2, 3], None)
+    h.actions = np.zeros(4, dtype=np.int64)
+    h.written.clear()
+    result = h.slab.step(envs)
+    assert result.errors is not None
+    assert [(i, type(e), str(e)) for i, e in result.errors] == [
+        (1, KeyError, "'step failed in env 1'"),
+        (2, KeyError, "'step failed in env 2'"),
+    ]
+    stepped = [0, 3] if envs is None else [3]
+    assert [env.t for env in h.slab.envs] == [int(i in stepped) for i in range(4)]
+    assert sorted(h.written) == stepped  # only their observations were written
+
+
+def test_an_env_whose_same_step_reset_raised_is_reported_with_its_index() -> None:
     class ResetFails(ZooEnv):
         def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
             if seed is None:
@@ -342,9 +359,10 @@ def test_current_env_names_an_env_whose_same_step_reset_raised() -> None:
     fns = [_zoo(terminate_prob=0.0, max_steps=10**6), lambda: ResetFails(BOX, max_steps=1)]
     h = Harness(fns, AutoresetMode.SAME_STEP, first_index=5)
     h.slab.reset([0, 1], None)
-    with pytest.raises(ValueError, match="autoreset failed"):
-        h.step(np.zeros(2, dtype=np.int64))
-    assert h.slab.current_env == 6
+    result = h.step(np.zeros(2, dtype=np.int64))
+    assert result.errors is not None
+    ((local, error),) = result.errors
+    assert local == 1 and isinstance(error, ValueError) and "autoreset failed" in str(error)
 
 
 def test_close_closes_every_env_and_reraises_the_first_error() -> None:

@@ -28,17 +28,27 @@ import numpy as np
 from gymnasium import Space
 
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
-from subvec._commands import Command, ResetPayload, Status, StepPayload, raise_first
+from subvec._commands import (
+    Command,
+    ResetPayload,
+    Status,
+    StepEnvsPayload,
+    UnitReply,
+    raise_first,
+)
 from subvec._front.merge import Part
 from subvec._front.observations import ObservationBatch
 from subvec._front.options import ResetRequest
 from subvec._front.recovery import FailurePolicy, Recovery
 from subvec._front.recycle import Recycler
-from subvec._front.results import block_parts
+from subvec._front.results import block_parts, reply_errors
 from subvec._front.state import _WAITING, _State
 from subvec._front.units import Units
 from subvec._infos import InfoBlockReader
 from subvec._spaces import BY_VALUE, Stored, check_batch_layout, per_env_actions, without_tensors
+
+#: the steady step's command: every env, its action in the block in the space's dtypes
+_IN_BLOCK = StepEnvsPayload(None, None)
 
 __all__ = ["BROKEN_CLOSE_TIMEOUT", "DEFAULT_CLOSE_TIMEOUT", "ExchangeFront", "LockstepExchange"]
 
@@ -201,12 +211,14 @@ class LockstepExchange:
         # Only outcomes with something to say become parts; a plain OK adds nothing but the
         # infos a step left in the block, as all its other results are there already.
         parts: list[Part] = []
-        errors = []
+        errors: list[BaseException] = []
         step = state is _State.WAITING_STEP and self.info_block is not None
         for unit in self.units.all:
             status, value = outcomes.get(unit.index, PLAIN)
             if status is Status.OK_PAYLOAD:
                 parts.append((unit.lo, value))
+                if type(value) is UnitReply and value.errors:  # envs whose step raised
+                    errors += reply_errors(unit, value).values()
             elif status is Status.ERROR:
                 errors.append(value)
             elif step and unit.index not in recovered:  # a restarted unit's reply is a reset's
@@ -251,15 +263,16 @@ class LockstepExchange:
         self.recovery.raise_call_error(failures, timeout, outcomes)
 
     def send_step(self, actions: Any, stored: Stored, per_env: list[Any] | None = None) -> None:
-        """Send STEP for ``actions``, which ``store`` has put in the block as ``stored`` says
-        (see ``_spaces.batch_setter``). By value, each env gets its item of
-        ``iterate(action_space, actions)``, exactly as SyncVectorEnv hands it over.
+        """Send the step command (every env of each unit, one sub-step) for ``actions``, which
+        ``store`` has put in the block as ``stored`` says (see ``_spaces.batch_setter``). By
+        value, each env gets its item of ``iterate(action_space, actions)``, exactly as
+        SyncVectorEnv hands it over.
 
         Raises:
             ValueError, TypeError: actions by value that are not one per env (nothing sent).
         """
         per_unit = None
-        payload = None
+        payload = _IN_BLOCK
         single, space = self.action_spaces
         n = len(self.restarted)
         if stored is BY_VALUE:
@@ -273,16 +286,16 @@ class LockstepExchange:
 
             values = per_env
 
-            def per_unit(unit: Unit) -> StepPayload:
-                return StepPayload(values[unit.lo : unit.hi])
+            def per_unit(unit: Unit) -> StepEnvsPayload:
+                return StepEnvsPayload(None, values[unit.lo : unit.hi])
 
         elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
-            payload = StepPayload(None, stored)
+            payload = StepEnvsPayload(None, None, action_dtypes=stored)
         self.prepare_step()
         recycler = self.front._recycler
         if recycler is not None:  # their resets write into the slot just picked
             recycler.before_step(self.front.default_timeout, into=self.answered)
-        self.send(Command.STEP, payload, per_unit=per_unit)
+        self.send(Command.STEP_ENVS, payload, per_unit=per_unit)
 
     def send_reset(self, request: ResetRequest, per_unit: Callable[[Unit], ResetPayload]) -> None:
         """Send RESET for ``request`` with each unit's payload from ``per_unit``, after the

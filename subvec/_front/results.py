@@ -1,7 +1,7 @@
 """Per-env results out of a unit's reply, shared by lock-step and asynchronous stepping.
 
 A unit answers with a :class:`~subvec._commands.UnitReply` (local env indices); both paths
-read it here: its info events and by-value observations keyed by global env, and the
+read it here: its info events, by-value observations and env errors keyed by global env, and the
 final-observation event of an env that ended with SAME_STEP and its final observation in the
 block (left implicit by the unit when the final info is empty, or carrying a stand-in).
 
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from subvec._backend import Unit
-from subvec._commands import UnitReply
+from subvec._commands import UnitReply, rebuild_remote_error
 from subvec._infos import InfoBlockReader, as_events
 from subvec._slab import FinalObsInBlock
 from subvec._spaces import ObsSplit
@@ -30,6 +30,7 @@ __all__ = [
     "final_event",
     "final_obs_parts",
     "obs_by_env",
+    "reply_errors",
     "split_batch",
     "with_final_event",
     "with_final_obs",
@@ -43,6 +44,16 @@ def events_by_env(lo: int, reply: UnitReply | None) -> dict[int, list[dict[str, 
         for local, info in as_events(reply.infos):
             events.setdefault(lo + local, []).append(info)
     return events
+
+
+def reply_errors(unit: Unit, reply: UnitReply | None) -> dict[int, BaseException]:
+    """The errors of the reply's envs whose step raised, by global env: each rebuilt as the
+    env raised it (its type kept, naming the env and the unit's pid)."""
+    if reply is None or not reply.errors:
+        return {}
+    return {
+        unit.lo + local: rebuild_remote_error(record, unit.pid) for local, record in reply.errors
+    }
 
 
 def obs_by_env(lo: int, reply: UnitReply | None) -> dict[int, Any]:

@@ -39,13 +39,12 @@ from subvec._commands import (
     Status,
     StepEnvsPayload,
     UnitReply,
-    rebuild_remote_error,
 )
 from subvec._front.calls import checked_env_ids
 from subvec._front.merge import InfoMerger, make_merger
 from subvec._front.options import EnvResetOptions, ResetOptions
 from subvec._front.recovery import FailurePolicy
-from subvec._front.results import events_by_env, obs_by_env, with_final_event
+from subvec._front.results import events_by_env, obs_by_env, reply_errors, with_final_event
 from subvec._front.units import Units
 from subvec._seeding import SeedArg
 from subvec._spaces import per_env_actions, without_tensors
@@ -507,10 +506,7 @@ class AsyncEngine:
             return
         reply: UnitReply | None = value if status is Status.OK_PAYLOAD else None
         events = events_by_env(unit.lo, reply)
-        errors = {
-            unit.lo + local: rebuild_remote_error(record, unit.pid)
-            for local, record in (reply.errors if reply is not None else None) or ()
-        }
+        errors = reply_errors(unit, reply)
         by_value = obs_by_env(unit.lo, reply)
         for env in envs:
             error = errors.get(env)

@@ -354,6 +354,7 @@ def run_chunk(slab: EnvSlab, payload: StepEnvsPayload, views: ChunkViews) -> Chu
         leaves = list(payload.actions)
         read = _spaces.chunk_reader(space, _spaces.ChunkBatch(chunk, tuple(leaves)))
     envs = payload.envs
+    assert envs is not None  # a chunk names its envs
     return slab.step_chunk(
         out,
         read,

@@ -63,7 +63,7 @@ class LocalShare:
             raise error from error.__cause__  # the traceback as the cause, as a worker's
         self.slab = EnvSlab(envs, lo, autoreset_mode)
         self._pending: Callable[[], Any] | None = None
-        self._command = Command.STEP
+        self._command = Command.STEP_ENVS
         #: the chunk block, mapped here as a worker maps it (``_process.chunks``)
         self._chunks = ChunkAttachment()
         #: the single observation and action spaces of what the blocks hold (None: by value)
@@ -114,17 +114,15 @@ class LocalShare:
             payload = per_unit(self)
         slab = self.slab
         self._command = command
-        if command is Command.STEP:
-            self._pending = lambda: slab.step() if payload is None else slab.step_with(payload)
+        if command is Command.STEP_ENVS and payload.substeps == 1:
+            self._pending = lambda: slab.step(payload.envs, payload.actions, payload.action_dtypes)
         elif command is Command.RESET:
             self._pending = lambda: slab.reset(
                 payload.seeds, payload.options, payload.mask, payload.stored
             )
-        elif command is Command.STEP_ENVS and payload.substeps > 1:  # an action chunk
+        elif command is Command.STEP_ENVS:  # an action chunk
             views = self._chunks.get(payload.block, *self._spaces)
             self._pending = lambda: run_chunk(slab, payload, views)
-        elif command is Command.STEP_ENVS:
-            self._pending = lambda: slab.step_envs(payload.envs, payload.actions)
         elif command is Command.CALL:
             self._pending = lambda: slab.call(
                 payload.name, payload.args, payload.kwargs, payload.envs, payload.function
@@ -163,16 +161,11 @@ class LocalShare:
             if result.is_empty():
                 return PLAIN
             return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, None, result.sub_obs)
-        if isinstance(result, SlabResult):
+        if isinstance(result, SlabResult):  # as a worker replies (see _process.worker)
             if result.is_empty():
                 return PLAIN
-            if self._command is Command.STEP_ENVS:  # as a worker replies (see _worker)
-                errors = [
-                    (local, ErrorRecord.capture(exc, self.lo + local, "step"))
-                    for local, exc in result.errors or ()
-                ]
-                return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, errors)
-            return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs)
+            errors = result.error_records(self.lo)
+            return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, errors)
         if result is None:  # set_attr, set_reset_options
             return PLAIN
         return Status.OK_PAYLOAD, result

@@ -31,6 +31,7 @@ from subvec._backend import Collected, Failure, Outcome
 from subvec._commands import (
     Command,
     Status,
+    StepEnvsPayload,
     raise_first,
 )
 from subvec._process import wire as proto
@@ -285,6 +286,8 @@ class WorkerPool:
         ``payload`` or ``per_unit(worker)``, pickled (cloudpickle for calls: their arguments
         may be lambdas); ``encoded``: ``payload`` is the bytes already."""
         targets = self._send_order() if units is None else self._partner_last(units)
+        if command is Command.STEP_ENVS and per_unit is None and _is_short_step(payload):
+            command, payload = Command.STEP, None  # its 9-byte frame (or the bell's word)
         dump: Callable[[Any], bytes] = proto.dumps
         if command in _CLOUDPICKLED:
             dump = pickling.dumps
@@ -294,7 +297,7 @@ class WorkerPool:
         self._queued.clear()  # a command gathered no further (interrupted) has no more turns
         first = len(targets)
         if self.max_active is not None and (
-            command in _IN_TURNS or _is_chunk(command, payload, per_unit, targets)
+            command in _IN_TURNS or _is_lockstep(command, payload, per_unit, targets)
         ):
             first = self.max_active
         exchange = self._bell
@@ -734,13 +737,26 @@ _CLOUDPICKLED = (Command.CALL, Command.SET_ATTR, Command.RESET, Command.SET_RESE
 _IN_TURNS = (Command.STEP, Command.RESET)
 
 
-def _is_chunk(
+def _is_short_step(payload: Any) -> bool:
+    """Whether a STEP_ENVS ``payload`` is a lock-step step with every action in the block in
+    the space's dtypes: what the short STEP says."""
+    return (
+        isinstance(payload, StepEnvsPayload)
+        and payload.envs is None
+        and payload.actions is None
+        and payload.action_dtypes is None
+        and payload.substeps == 1
+    )
+
+
+def _is_lockstep(
     command: Command, payload: Any, per_unit: Callable[[Any], Any] | None, targets: Sequence[Any]
 ) -> bool:
-    """An action chunk (a STEP_ENVS of several sub-steps): it runs envs as a step does."""
+    """A lock-step STEP_ENVS (every env of the unit, or an action chunk): it runs envs as a
+    step does (asynchronous stepping's commands run everywhere at once)."""
     if command is not Command.STEP_ENVS or not targets:
         return False
     record = payload if per_unit is None else per_unit(targets[0])
     if isinstance(record, bytes):  # encoded already
         record = proto.decode_step_envs(record)
-    return bool(record.substeps > 1)
+    return bool(record.envs is None or record.substeps > 1)

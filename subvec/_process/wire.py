@@ -182,15 +182,23 @@ def encode_step_envs(payload: StepEnvsPayload) -> bytes:
     """A STEP_ENVS payload's bytes (see :func:`decode_step_envs`)."""
     envs = payload.envs
     # ascending: the last is the largest; the compact form says one sub-step
-    if payload.actions is None and payload.substeps == 1 and envs[-1] < 1 << 16:
+    if (
+        envs is not None
+        and payload.actions is None
+        and payload.action_dtypes is None
+        and payload.substeps == 1
+        and envs[-1] < 1 << 16
+    ):
         if len(envs) == 1:
             return _ROWS + _U16.pack(envs[0])
         return _ROWS + struct.pack(f"<{len(envs)}H", *envs)
     block = payload.block
     if (
         payload.actions is None
+        and payload.action_dtypes is None
         and block is not None
         and block.name is not None
+        and envs is not None
         and type(envs) is range
         and envs.start == 0
         and envs.step == 1

@@ -199,7 +199,7 @@ class _Server:
         self.chunks = ChunkAttachment()
         self.obs_space: Any = None
         self.act_space: Any = None
-        #: STEP commands served, seconds handling commands, seconds waiting for them (kept
+        #: short STEPs served, seconds handling commands, seconds waiting for them (kept
         #: here by ``serve`` before each command but the usual step), env steps of STEP_ENVS
         self.steps = 0
         self.env_steps_some = 0
@@ -269,7 +269,7 @@ class _Server:
                     break  # the parent closed our command pipe: nothing more will come
                 command = commands[code]
                 if command is _STEP:
-                    steps += 1  # a step with a payload (actions by value or in other dtypes)
+                    steps += 1  # a STEP whose seq is not the next (an earlier command was dropped)
                 self.steps, self.busy_s, self.waiting_s = steps, busy_s, waiting_s
                 try:
                     status, reply = handle(command, payload)
@@ -370,9 +370,8 @@ class _Server:
         slab = self.slab
         if self.obs_writers and command in _WRITES_OBS:
             self._point_obs_rows()
-        if command is _STEP:  # first: the per-step case
-            result = slab.step_with(proto.loads(payload)) if payload else slab.step()
-            reply = self._step_reply(result)
+        if command is _STEP:  # first: the per-step case (the short form: no payload)
+            reply = self._step_reply(slab.step())
             return (Status.OK_PAYLOAD if reply else Status.OK), reply
         elif command is Command.RESET:
             reset: ResetPayload = proto.loads(payload)
@@ -383,11 +382,12 @@ class _Server:
             some = proto.decode_step_envs(payload)
             if some.substeps > 1:
                 return self._chunk(some)
-            result = slab.step_envs(some.envs, some.actions)
-            self.env_steps_some += len(some.envs)
-            if result.is_empty():
-                return Status.OK, b""
-            return Status.OK_PAYLOAD, self._dump_some(result)
+            result = slab.step(some.envs, some.actions, some.action_dtypes)
+            self.env_steps_some += len(slab.envs) if some.envs is None else len(some.envs)
+            if self.info_block is not None:
+                # Its infos travel in the reply: a flag left by an earlier step must not make
+                # the parent read that step's infos as this one's.
+                self.info_block.put(())
         elif command is Command.CALL:
             call: CallPayload = proto.loads(payload)
             results = slab.call(call.name, call.args, call.kwargs, call.envs, call.function)
@@ -460,33 +460,30 @@ class _Server:
             arrays.write_obs = self.obs_writers[self.obs_slot_cell[0]]
 
     def _step_reply(self, result: SlabResult) -> bytes:
-        """A step's reply payload; empty for a plain OK (every result in the block). Every
-        step goes through here: with the info regions, it sets or clears our flag. (A step
-        with by-value observations always has a payload, whose infos the parent takes from
-        it: the flag is read for plain OKs only.)"""
+        """The short STEP's reply payload; empty for a plain OK (every result in the block).
+        Every short STEP goes through here: with the info regions, it sets or clears our flag.
+        (A step with by-value observations or an env's error always has a payload, whose
+        infos the parent takes from it: the flag is read for plain OKs only.)"""
         info_block = self.info_block
-        if info_block is not None and not result.obs and info_block.put(result.infos):
+        if (
+            info_block is not None
+            and not result.obs
+            and not result.errors
+            and info_block.put(result.infos)
+        ):
             return b""
         return b"" if result.is_empty() else self._dump_result(result)
 
     def _dump_result(self, result: SlabResult) -> bytes:
-        infos: Any = result.infos
-        if self.info_columns and infos:
-            infos = to_columns(infos) or infos
-        return self._dump_per_env(
-            UnitReply(infos, result.obs), "the info", [*result.infos, *(result.obs or ())]
-        )
-
-    def _dump_some(self, result: SlabResult) -> bytes:
-        """A STEP_ENVS reply: a ``UnitReply`` with its errors as ErrorRecords."""
-        errors = [
-            (local, ErrorRecord.capture(exc, self.slab.first_index + local, "step"))
-            for local, exc in result.errors or ()
-        ]
+        """A reply's ``UnitReply``: the infos (as columns when the parent merges them so),
+        the by-value observations, and the envs that raised as ErrorRecords."""
+        errors = result.error_records(self.slab.first_index)
         events = result.infos
         infos: Any = (to_columns(events) or events) if self.info_columns and events else events
         return self._dump_per_env(
-            UnitReply(infos, result.obs, errors), "the info", [*events, *(result.obs or ())]
+            UnitReply(infos, result.obs, errors),
+            "the info",
+            [*events, *(result.obs or ())],
         )
 
     def attach(self, spec: AttachSpec) -> None:
