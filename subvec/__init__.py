@@ -32,6 +32,7 @@ _front/: the gymnasium VectorEnv contract over any backend
     stepping          the asynchronous engine: async_reset/send/recv/drain
     chunk             step_chunk's component (action chunks run inside the units)
     recycle           recycling: workers replaced between episodes
+    async_calls       the mixin for async_reset, send, recv, drain (hands over to stepping)
     calls             the mixin for call, get_attr, set_attr, render
 
 _process/: the process backend
