@@ -479,6 +479,10 @@ class EnvSlab:
         # numpy's own store is the fallback, for its conversions and its errors.
         cell_rewards, cell_terms = rewards.data, terms.data
         cell_truncs, cell_steps = truncs.data, steps.data
+        # the last observation's write, looked up once (the per-env costs are a chunk's
+        # fixed cost: 8 envs at K = 8 pay them once per 8 sub-steps)
+        write_obs = None if all_obs else arrays.write_obs
+        sub_steps = range(chunk)
         executed = 0
         for i in every:
             self.current = i
@@ -494,7 +498,7 @@ class EnvSlab:
             obs: Any = None
             k = 0
             try:
-                for k in range(chunk):
+                for k in sub_steps:
                     if next_step and needs_reset[i]:
                         obs, info = self._autoreset(i)
                         reward, terminated, truncated, ended = 0.0, False, False, False
@@ -540,7 +544,9 @@ class EnvSlab:
                 if all_obs and write_sub is not None:
                     for rest in range(done, chunk):
                         write_sub(obs, i, rest)
-            if not all_obs:
+            if write_obs is not None:
+                write_obs(obs, i)
+            elif not all_obs:
                 self._emit_obs(result, i, obs)
             elif write_sub is None:
                 if result.sub_obs is None:

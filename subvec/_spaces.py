@@ -663,7 +663,7 @@ def per_env_actions(batch_space: spaces.Space[Any], actions: Any, n: int, whose:
 # --- action chunks: K actions per env ------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # made per chunk: a frozen one's __init__ costs twice as much
 class ChunkBatch:
     """A checked batch of action chunks: each leaf an ndarray ``(num_envs, K, *shape)`` in
     ``leaf_specs`` order, in the caller's dtype (a torch tensor's: the space's)."""

@@ -74,9 +74,12 @@ class ChunkStepper:
         self.info_format = info_format
         self.copy = copy
         self.rooms = rooms
+        #: the last chunk's load when it was the usual one, for the next of the same kind
+        self._steady: _Steady | None = None
 
     def drop_views(self) -> None:
         """Forget the chunk arrays (the backend releases them as it closes)."""
+        self._steady = None
         self.rooms.drop()
 
     def check(self, actions: Any, all_obs: bool) -> _spaces.ChunkBatch:
@@ -106,10 +109,19 @@ class ChunkStepper:
             that command is the same for every unit of a size (the actions in the arrays).
         """
         chunk = batch.chunk
+        leaves = batch.leaves
+        steady = self._steady
+        if steady is not None and len(leaves) == 1:
+            if steady.key == (chunk, stop_on_done, all_obs, leaves[0].dtype, self.rooms):
+                # The same kind of chunk as the last: the same arrays and commands.
+                steady.steps.fill(0)
+                np.copyto(steady.target, leaves[0])
+                return steady.views, steady.per_unit, True
+        # No array of the chunk block is kept while the rooms may replace it.
+        self._steady = None
         views = self.rooms.room(chunk, all_obs)
         views.steps[:] = 0  # the progress counts: a unit lost mid-chunk leaves its own
         spec = views.spec
-        leaves = batch.leaves
         in_block = views.action_space is not None and (
             leaves[0].dtype == self._leaves[0].dtype
             if len(leaves) == 1
@@ -133,6 +145,9 @@ class ChunkStepper:
             rows = batch.rows(unit.lo, unit.hi).leaves
             return StepEnvsPayload(range(size), rows, chunk, stop_on_done, all_obs, spec)
 
+        if in_block and len(leaves) == 1:
+            key = (chunk, stop_on_done, all_obs, leaves[0].dtype, self.rooms)
+            self._steady = _Steady(key, views, views.actions(chunk)[0], per_unit)
         return views, per_unit, in_block
 
     def one_step(
@@ -144,7 +159,7 @@ class ChunkStepper:
         """A chunk of one sub-step as the ``step()`` it stands for (the front's ``step``),
         its results given the chunk axis."""
         leaves = batch.leaves
-        if len(leaves) == 1 and not self._leaves[0].path:
+        if len(leaves) == 1 and self._one_leaf:
             actions: Any = leaves[0][:, 0]
         else:
             actions = _spaces.build_views(self.single_action_space, (f[:, 0] for f in leaves))
@@ -162,6 +177,11 @@ class ChunkStepper:
     @functools.cached_property
     def _leaves(self) -> list[_spaces.LeafSpec]:
         return _spaces.leaf_specs(self.single_action_space)
+
+    @functools.cached_property
+    def _one_leaf(self) -> bool:
+        """Whether the action space is one array (not a Dict/Tuple nest)."""
+        return not self._leaves[0].path
 
     @functools.cached_property
     def _rows(self) -> np.ndarray:
@@ -295,6 +315,22 @@ class ChunkStepper:
         if fresh:
             return obs_rows
         return deepcopy(obs_rows) if self.copy else obs_rows
+
+
+class _Steady:
+    """The load of a usual chunk (one action leaf, stored in the chunk block), kept for the
+    next chunk of the same K, ``stop_on_done``, ``all_obs``, actions' dtype and rooms: the
+    rooms hand out the same arrays for it, and the units get the same commands (the backend
+    may keep their bytes: ``per_unit`` gives the same objects)."""
+
+    __slots__ = ("key", "per_unit", "steps", "target", "views")
+
+    def __init__(self, key: tuple[Any, ...], views: ChunkBlock, target: np.ndarray, per_unit: PerUnit):
+        self.key = key
+        self.views = views
+        self.steps = views.steps
+        self.target = target
+        self.per_unit = per_unit
 
 
 def _with_axis(batch: Any) -> Any:
