@@ -82,21 +82,40 @@ class ChunkStepper:
         self._steady = None
         self.rooms.drop()
 
-    def check(self, actions: Any, all_obs: bool) -> _spaces.ChunkBatch:
+    def check(self, actions: Any, all_obs: bool) -> tuple[_spaces.ChunkBatch | None, Any]:
         """The batch of chunks, checked (see the front's ``step_chunk`` for what it must be).
+
+        Returns:
+            ``(batch, None)`` for a chunk of K > 1 sub-steps; ``(None, actions)`` for a chunk
+            of one, ``actions`` the batch of the ``step()`` it stands for.
 
         Raises:
             ValueError, TypeError: it is not chunks of the action space, or ``all_obs`` with
                 observations that are not fixed-size.
         """
-        batch = self._checker(actions)
+        checker = self._checker
+        if (
+            type(actions) is np.ndarray
+            and actions.shape == checker.one_shape
+            and actions.dtype == checker.dtype
+            and not all_obs
+        ):
+            # The usual chunk of one sub-step: the checker's first case, without its batch
+            # (a cheap env's K = 1 chunk costs what its step costs, and little more).
+            return None, actions[:, 0]
+        batch = checker(actions)
         if all_obs and not _spaces.is_shareable(self.single_observation_space):
             raise ValueError(
                 "all_obs needs a fixed-size observation space (Box, Discrete, MultiDiscrete, "
                 f"MultiBinary, or Dict/Tuple nests of them); the envs' is "
                 f"{self.single_observation_space}"
             )
-        return batch
+        if batch.chunk > 1:
+            return batch, None
+        leaves = batch.leaves
+        if len(leaves) == 1 and self._one_leaf:
+            return None, leaves[0][:, 0]
+        return None, _spaces.build_views(self.single_action_space, (f[:, 0] for f in leaves))
 
     def load(
         self, batch: _spaces.ChunkBatch, stop_on_done: bool, all_obs: bool
@@ -111,12 +130,15 @@ class ChunkStepper:
         chunk = batch.chunk
         leaves = batch.leaves
         steady = self._steady
-        if steady is not None and len(leaves) == 1:
-            if steady.key == (chunk, stop_on_done, all_obs, leaves[0].dtype, self.rooms):
-                # The same kind of chunk as the last: the same arrays and commands.
-                steady.steps.fill(0)
-                np.copyto(steady.target, leaves[0])
-                return steady.views, steady.per_unit, True
+        if (
+            steady is not None
+            and len(leaves) == 1
+            and steady.key == (chunk, stop_on_done, all_obs, leaves[0].dtype, self.rooms)
+        ):
+            # The same kind of chunk as the last: the same arrays and commands.
+            steady.steps.fill(0)
+            np.copyto(steady.target, leaves[0])
+            return steady.views, steady.per_unit, True
         # No array of the chunk block is kept while the rooms may replace it.
         self._steady = None
         views = self.rooms.room(chunk, all_obs)
@@ -150,20 +172,10 @@ class ChunkStepper:
             self._steady = _Steady(key, views, views.actions(chunk)[0], per_unit)
         return views, per_unit, in_block
 
-    def one_step(
-        self,
-        batch: _spaces.ChunkBatch,
-        all_obs: bool,
-        step: Callable[[Any], ChunkResults],
-    ) -> ChunkResults:
-        """A chunk of one sub-step as the ``step()`` it stands for (the front's ``step``),
-        its results given the chunk axis."""
-        leaves = batch.leaves
-        if len(leaves) == 1 and self._one_leaf:
-            actions: Any = leaves[0][:, 0]
-        else:
-            actions = _spaces.build_views(self.single_action_space, (f[:, 0] for f in leaves))
-        obs, rewards, terms, truncs, infos = step(actions)
+    def one_step(self, results: ChunkResults, all_obs: bool) -> ChunkResults:
+        """A chunk of one sub-step's results: those of the ``step()`` it stood for (the
+        actions :meth:`check` gave), given the chunk axis (views: a step's are fresh)."""
+        obs, rewards, terms, truncs, infos = results
         if all_obs:
             obs = _with_axis(obs)
         if self.info_format == "list":
@@ -325,7 +337,9 @@ class _Steady:
 
     __slots__ = ("key", "per_unit", "steps", "target", "views")
 
-    def __init__(self, key: tuple[Any, ...], views: ChunkBlock, target: np.ndarray, per_unit: PerUnit):
+    def __init__(
+        self, key: tuple[Any, ...], views: ChunkBlock, target: np.ndarray, per_unit: PerUnit
+    ) -> None:
         self.key = key
         self.views = views
         self.steps = views.steps
