@@ -378,10 +378,11 @@ def run_chunk(slab: EnvSlab, payload: StepEnvsPayload, views: ChunkViews) -> Chu
 def scalar_rows(space: Space[Any] | None, leaves: list[np.ndarray]) -> Callable[[int], Any] | None:
     """For a space whose action is one numpy scalar (Discrete): ``rows(i)``, env ``i``'s K
     actions as a row whose items are the numpy scalars ``read(i, k)`` gives (indexing one
-    row per sub-step is cheaper than a call); None for any other space."""
+    row per sub-step is cheaper than a call); None for any other space. The rows are views
+    made here, once: over the chunk block, they read every later chunk's actions too."""
     if space is None or len(leaves) != 1 or leaves[0].ndim != 2:
         return None
     specs = _spaces.leaf_specs(space)
     if len(specs) != 1 or specs[0].path or specs[0].shape:
         return None
-    return leaves[0].__getitem__
+    return list(leaves[0]).__getitem__
