@@ -1,8 +1,10 @@
 """Action chunks on the front: ``step_chunk``, over every backend.
 
-    step_chunk(actions)  check the batch of chunks (nothing is sent if it is wrong)
+    step_chunk(actions)  check the batch of chunks (nothing is sent if it is wrong); a chunk
+                         of one sub-step goes to the ``step()`` it stands for
                          room for the chunk's arrays (the backend's ``_batch.ChunkRooms``:
                          the process backend's chunk block), zero their progress counts
+                         (the usual chunk's load is kept for the next of its kind)
                          the core's step command to every unit: its envs, K sub-steps
                          (STEP_ENVS with substeps = K), stop_on_done, all_obs, the block
     collect              the front's one wait: failures and the failure policy as for a step
