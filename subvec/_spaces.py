@@ -663,7 +663,7 @@ def per_env_actions(batch_space: spaces.Space[Any], actions: Any, n: int, whose:
 # --- action chunks: K actions per env ------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # made per chunk: a frozen one's __init__ costs twice as much
 class ChunkBatch:
     """A checked batch of action chunks: each leaf an ndarray ``(num_envs, K, *shape)`` in
     ``leaf_specs`` order, in the caller's dtype (a torch tensor's: the space's)."""
@@ -768,15 +768,18 @@ class ChunkChecker:
         self.space = space
         self.num_envs = num_envs
         leaf = isinstance(space, _LEAF_SPACES)
-        self._dtype = np.dtype(space.dtype) if leaf else None
+        #: the dtype of the usual batch (None: the space is a nest)
+        self.dtype = np.dtype(space.dtype) if leaf else None
         self._ndim = 2 + len(space.shape or ()) if leaf else -1
         self._tail = tuple(space.shape or ()) if leaf else ()
+        #: the shape of the usual batch of one sub-step (None: the space is a nest)
+        self.one_shape = (num_envs, 1, *self._tail) if leaf else None
 
     def __call__(self, actions: Any) -> ChunkBatch:
         """The checked batch; raises as :func:`chunk_actions`."""
         if (
             type(actions) is np.ndarray
-            and actions.dtype == self._dtype
+            and actions.dtype == self.dtype
             and actions.ndim == self._ndim
             and actions.shape[0] == self.num_envs
             and actions.shape[1] > 0

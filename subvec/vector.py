@@ -285,6 +285,8 @@ class SubprocVectorEnv(VectorFront):
         # The tracker must run before any worker exists so that all share it (see _shm).
         resource_tracker.ensure_running()
         self._local: LocalShare | None = None
+        #: the last chunk command and its bytes (a usual chunk's is the same object again)
+        self._chunk_sent: tuple[StepEnvsPayload, bytes] | None = None
         try:
             self._pool.spawn_all()
             if self.parent_envs:  # built here while the workers build theirs
@@ -442,7 +444,11 @@ class SubprocVectorEnv(VectorFront):
         workers = self._pool.workers
         if self._local is not None or self._exchange.answered or not self._chunk_even:
             return None
-        payload = proto.encode_step_envs(per_unit(workers[0]))
+        command = per_unit(workers[0])
+        sent = self._chunk_sent
+        if sent is None or sent[0] is not command:  # the usual chunk sends the same again
+            sent = self._chunk_sent = (command, proto.encode_step_envs(command))
+        payload = sent[1]
         self._state = state = _State.WAITING_CHUNK
         timeout = self.default_timeout
         restart = self._policy.can_restart

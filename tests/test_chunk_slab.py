@@ -305,6 +305,20 @@ def test_rewards_and_flags_are_stored_as_a_step_stores_them() -> None:
     assert bad.current_substep == 0
 
 
+def test_chunk_arrays_that_are_not_contiguous_are_refused() -> None:
+    """The sub-step loop stores through flat views of the rows: strided rows (which a flat
+    view would copy, losing the stores) are refused before any env steps."""
+    slab = EnvSlab([ScriptedEnv([(np.ones(2), False, False)])], 0, AutoresetMode.NEXT_STEP)
+    slab.bind(SlabArrays(np.zeros(1), np.zeros(1, dtype=np.bool_), np.zeros(1, np.bool_)))
+    out = _chunk_out(1, 4)
+    strided = ChunkArrays(
+        out.rewards[:, ::2], out.terminations[:, ::2], out.truncations[:, ::2], out.steps
+    )
+    with pytest.raises(ValueError, match="C-contiguous"):
+        slab.step_chunk(strided, lambda i, k: 0, 2)
+    assert out.steps[0] == 0
+
+
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
 def test_discrete_actions_reach_the_env_as_step_hands_them(dtype: Any) -> None:
     """The row a unit reads a Discrete env's chunk from hands over what ``step()`` would:

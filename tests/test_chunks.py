@@ -109,6 +109,34 @@ def test_steps_and_chunks_interleave_on_one_trajectory() -> None:
                 check_chunk(oracle.chunk(actions, 5, False), 5, *got, where=f"chunk {t}")
 
 
+@pytest.mark.parametrize("vectoriser", ["workers", "parent_envs", "in_process"])
+def test_chunks_of_one_kind_in_a_row_each_run_their_own_actions(vectoriser: str) -> None:
+    """The usual chunk's arrays and command are kept for the next chunk of the same kind:
+    every call's actions still land, and a change of kind in between (the actions' dtype,
+    stop_on_done, K, all_obs) is taken up and then left again."""
+    fns = [_cartpole] * 4
+    mode = AutoresetMode.NEXT_STEP
+    oracle = Oracle(fns, mode)
+    kinds = [(8, np.int64, False, False)] * 3 + [
+        (8, np.int32, False, False),  # not the space's dtype: the actions in the command
+        (8, np.int64, False, False),
+        (8, np.int64, True, False),
+        (8, np.int64, False, True),
+        (1, np.int64, False, False),
+        (4, np.int64, False, False),
+        (8, np.int64, False, False),
+        (8, np.int64, False, False),
+    ]
+    with make_vector_env(vectoriser, fns, autoreset_mode=mode) as envs:
+        envs.reset(seed=3)
+        oracle.reset(3)
+        for t, (chunk, dtype, stop, all_obs) in enumerate(kinds):
+            actions = sample_chunks(envs.single_action_space, 4, chunk, seed=t).astype(dtype)
+            got = envs.step_chunk(actions, stop_on_done=stop, all_obs=all_obs)
+            expected = oracle.chunk(actions, chunk, stop)
+            check_chunk(expected, chunk, *got, all_obs=all_obs, where=f"chunk {t} (K={chunk})")
+
+
 def test_infos_gain_the_chunk_axis() -> None:
     """RecordEpisodeStatistics' ``episode`` stays reachable: (num_envs, K) with its mask."""
 

@@ -1,8 +1,10 @@
 """Action chunks on the front: ``step_chunk``, over every backend.
 
-    step_chunk(actions)  check the batch of chunks (nothing is sent if it is wrong)
+    step_chunk(actions)  check the batch of chunks (nothing is sent if it is wrong); a chunk
+                         of one sub-step goes to the ``step()`` it stands for
                          room for the chunk's arrays (the backend's ``_batch.ChunkRooms``:
                          the process backend's chunk block), zero their progress counts
+                         (the usual chunk's load is kept for the next of its kind)
                          the core's step command to every unit: its envs, K sub-steps
                          (STEP_ENVS with substeps = K), stop_on_done, all_obs, the block
     collect              the front's one wait: failures and the failure policy as for a step
@@ -74,26 +76,48 @@ class ChunkStepper:
         self.info_format = info_format
         self.copy = copy
         self.rooms = rooms
+        #: the last chunk's load when it was the usual one, for the next of the same kind
+        self._steady: _Steady | None = None
 
     def drop_views(self) -> None:
         """Forget the chunk arrays (the backend releases them as it closes)."""
+        self._steady = None
         self.rooms.drop()
 
-    def check(self, actions: Any, all_obs: bool) -> _spaces.ChunkBatch:
+    def check(self, actions: Any, all_obs: bool) -> tuple[_spaces.ChunkBatch | None, Any]:
         """The batch of chunks, checked (see the front's ``step_chunk`` for what it must be).
+
+        Returns:
+            ``(batch, None)`` for a chunk of K > 1 sub-steps; ``(None, actions)`` for a chunk
+            of one, ``actions`` the batch of the ``step()`` it stands for.
 
         Raises:
             ValueError, TypeError: it is not chunks of the action space, or ``all_obs`` with
                 observations that are not fixed-size.
         """
-        batch = self._checker(actions)
+        checker = self._checker
+        if (
+            type(actions) is np.ndarray
+            and actions.shape == checker.one_shape
+            and actions.dtype == checker.dtype
+            and not all_obs
+        ):
+            # The usual chunk of one sub-step: the checker's first case, without its batch
+            # (a cheap env's K = 1 chunk costs what its step costs, and little more).
+            return None, actions[:, 0]
+        batch = checker(actions)
         if all_obs and not _spaces.is_shareable(self.single_observation_space):
             raise ValueError(
                 "all_obs needs a fixed-size observation space (Box, Discrete, MultiDiscrete, "
                 f"MultiBinary, or Dict/Tuple nests of them); the envs' is "
                 f"{self.single_observation_space}"
             )
-        return batch
+        if batch.chunk > 1:
+            return batch, None
+        leaves = batch.leaves
+        if len(leaves) == 1 and self._one_leaf:
+            return None, leaves[0][:, 0]
+        return None, _spaces.build_views(self.single_action_space, (f[:, 0] for f in leaves))
 
     def load(
         self, batch: _spaces.ChunkBatch, stop_on_done: bool, all_obs: bool
@@ -106,10 +130,22 @@ class ChunkStepper:
             that command is the same for every unit of a size (the actions in the arrays).
         """
         chunk = batch.chunk
+        leaves = batch.leaves
+        steady = self._steady
+        if (
+            steady is not None
+            and len(leaves) == 1
+            and steady.key == (chunk, stop_on_done, all_obs, leaves[0].dtype, self.rooms)
+        ):
+            # The same kind of chunk as the last: the same arrays and commands.
+            steady.steps.fill(0)
+            np.copyto(steady.target, leaves[0])
+            return steady.views, steady.per_unit, True
+        # No array of the chunk block is kept while the rooms may replace it.
+        self._steady = None
         views = self.rooms.room(chunk, all_obs)
         views.steps[:] = 0  # the progress counts: a unit lost mid-chunk leaves its own
         spec = views.spec
-        leaves = batch.leaves
         in_block = views.action_space is not None and (
             leaves[0].dtype == self._leaves[0].dtype
             if len(leaves) == 1
@@ -133,22 +169,15 @@ class ChunkStepper:
             rows = batch.rows(unit.lo, unit.hi).leaves
             return StepEnvsPayload(range(size), rows, chunk, stop_on_done, all_obs, spec)
 
+        if in_block and len(leaves) == 1:
+            key = (chunk, stop_on_done, all_obs, leaves[0].dtype, self.rooms)
+            self._steady = _Steady(key, views, views.actions(chunk)[0], per_unit)
         return views, per_unit, in_block
 
-    def one_step(
-        self,
-        batch: _spaces.ChunkBatch,
-        all_obs: bool,
-        step: Callable[[Any], ChunkResults],
-    ) -> ChunkResults:
-        """A chunk of one sub-step as the ``step()`` it stands for (the front's ``step``),
-        its results given the chunk axis."""
-        leaves = batch.leaves
-        if len(leaves) == 1 and not self._leaves[0].path:
-            actions: Any = leaves[0][:, 0]
-        else:
-            actions = _spaces.build_views(self.single_action_space, (f[:, 0] for f in leaves))
-        obs, rewards, terms, truncs, infos = step(actions)
+    def one_step(self, results: ChunkResults, all_obs: bool) -> ChunkResults:
+        """A chunk of one sub-step's results: those of the ``step()`` it stood for (the
+        actions :meth:`check` gave), given the chunk axis (views: a step's are fresh)."""
+        obs, rewards, terms, truncs, infos = results
         if all_obs:
             obs = _with_axis(obs)
         if self.info_format == "list":
@@ -162,6 +191,11 @@ class ChunkStepper:
     @functools.cached_property
     def _leaves(self) -> list[_spaces.LeafSpec]:
         return _spaces.leaf_specs(self.single_action_space)
+
+    @functools.cached_property
+    def _one_leaf(self) -> bool:
+        """Whether the action space is one array (not a Dict/Tuple nest)."""
+        return not self._leaves[0].path
 
     @functools.cached_property
     def _rows(self) -> np.ndarray:
@@ -295,6 +329,24 @@ class ChunkStepper:
         if fresh:
             return obs_rows
         return deepcopy(obs_rows) if self.copy else obs_rows
+
+
+class _Steady:
+    """The load of a usual chunk (one action leaf, stored in the chunk block), kept for the
+    next chunk of the same K, ``stop_on_done``, ``all_obs``, actions' dtype and rooms: the
+    rooms hand out the same arrays for it, and the units get the same commands (the backend
+    may keep their bytes: ``per_unit`` gives the same objects)."""
+
+    __slots__ = ("key", "per_unit", "steps", "target", "views")
+
+    def __init__(
+        self, key: tuple[Any, ...], views: ChunkBlock, target: np.ndarray, per_unit: PerUnit
+    ) -> None:
+        self.key = key
+        self.views = views
+        self.steps = views.steps
+        self.target = target
+        self.per_unit = per_unit
 
 
 def _with_axis(batch: Any) -> Any:

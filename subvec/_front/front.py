@@ -635,11 +635,11 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                     "(recycling counts episodes one step at a time); use step()"
                 )
         chunks = self._chunks
-        batch = chunks.check(actions, all_obs)
-        if batch.chunk == 1:
+        batch, one = chunks.check(actions, all_obs)
+        if batch is None:
             # One sub-step is one step(): the backends' quickest round trip, one command per
             # unit all the same.
-            return chunks.one_step(batch, all_obs, self.step)
+            return chunks.one_step(self.step(one), all_obs)
         self._begin_step(_State.WAITING_CHUNK)
         views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
         self._exchange.prepare_step()

@@ -133,6 +133,7 @@ class ChunkViews:
         self._rows: dict[tuple[int, int, int, bool], ChunkArrays] = {}
         self._actions: dict[int, list[np.ndarray]] = {}
         self._readers: dict[tuple[int, int, int], Callable[[int, int], Any]] = {}
+        self._env_actions: dict[tuple[int, int, int], Callable[[int], Any] | None] = {}
 
     @property
     def steps(self) -> np.ndarray:
@@ -184,6 +185,15 @@ class ChunkViews:
             rows = tuple(leaf[lo:hi] for leaf in self.actions(chunk))
             batch = _spaces.ChunkBatch(chunk, rows)
             found = self._readers[key] = _spaces.chunk_reader(self.action_space, batch)
+        return found
+
+    def env_actions(self, lo: int, hi: int, chunk: int) -> Callable[[int], Any] | None:
+        """:func:`scalar_rows` of rows ``lo..hi`` of the action rows."""
+        key = (lo, hi, chunk)
+        if key in self._env_actions:
+            return self._env_actions[key]
+        leaves = [leaf[lo:hi] for leaf in self.actions(chunk)]
+        found = self._env_actions[key] = scalar_rows(self.action_space, leaves)
         return found
 
     def rows(self, lo: int, hi: int, chunk: int, all_obs: bool) -> ChunkArrays:
@@ -345,14 +355,14 @@ def run_chunk(slab: EnvSlab, payload: StepEnvsPayload, views: ChunkViews) -> Chu
     hi = lo + len(slab.envs)
     chunk = payload.substeps
     out = views.rows(lo, hi, chunk, payload.all_obs)
-    if payload.actions is None:  # in the chunk block
+    if payload.actions is None:  # in the chunk block: the same views every chunk of K
         read = views.reader(lo, hi, chunk)
-        leaves = [leaf[lo:hi] for leaf in views.actions(chunk)]
-        space = views.action_space
+        env_actions = views.env_actions(lo, hi, chunk)
     else:
         space = slab.envs[0].action_space
         leaves = list(payload.actions)
         read = _spaces.chunk_reader(space, _spaces.ChunkBatch(chunk, tuple(leaves)))
+        env_actions = scalar_rows(space, leaves)
     envs = payload.envs
     assert envs is not None  # a chunk names its envs
     return slab.step_chunk(
@@ -362,17 +372,18 @@ def run_chunk(slab: EnvSlab, payload: StepEnvsPayload, views: ChunkViews) -> Chu
         stop_on_done=payload.stop_on_done,
         all_obs=payload.all_obs,
         envs=None if len(envs) == hi - lo else envs,
-        env_actions=scalar_rows(space, leaves),
+        env_actions=env_actions,
     )
 
 
 def scalar_rows(space: Space[Any] | None, leaves: list[np.ndarray]) -> Callable[[int], Any] | None:
     """For a space whose action is one numpy scalar (Discrete): ``rows(i)``, env ``i``'s K
     actions as a row whose items are the numpy scalars ``read(i, k)`` gives (indexing one
-    row per sub-step is cheaper than a call); None for any other space."""
+    row per sub-step is cheaper than a call); None for any other space. The rows are views
+    made here, once: over the chunk block, they read every later chunk's actions too."""
     if space is None or len(leaves) != 1 or leaves[0].ndim != 2:
         return None
     specs = _spaces.leaf_specs(space)
     if len(specs) != 1 or specs[0].path or specs[0].shape:
         return None
-    return leaves[0].__getitem__
+    return list(leaves[0]).__getitem__
