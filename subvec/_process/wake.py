@@ -24,7 +24,9 @@ workers (docs/decisions/0024-futex-wake-protocol.md). With this protocol, after 
 The parent wakes a few workers, and each worker woken wakes a few more before its own work
 (the sleepers queue on one word, first in first out, so the cascade reaches every one): the
 kernel's work of waking N processes leaves the one thread that serves them all. A worker
-wakes others once per generation (woken again, it sleeps on), so the cascade ends; a worker
+wakes others once per generation (woken again, it sleeps on), so the cascade ends, and not at
+all once a pass of this generation found fewer sleepers than it asked for (nobody is left to
+wake: every commanded worker is awake or sees its new word before it sleeps); a worker
 that dies before passing it on is covered by the parent, which wakes every sleeper itself when
 a wait outlasts a slice. Commands to some workers wake everyone at once (an idle worker woken
 would only go back to sleep).
