@@ -24,7 +24,9 @@ workers (docs/decisions/0024-futex-wake-protocol.md). With this protocol, after 
 The parent wakes a few workers, and each worker woken wakes a few more before its own work
 (the sleepers queue on one word, first in first out, so the cascade reaches every one): the
 kernel's work of waking N processes leaves the one thread that serves them all. A worker
-wakes others once per generation (woken again, it sleeps on), so the cascade ends; a worker
+wakes others once per generation (woken again, it sleeps on), so the cascade ends, and not at
+all once a pass of this generation found fewer sleepers than it asked for (nobody is left to
+wake: every commanded worker is awake or sees its new word before it sleeps); a worker
 that dies before passing it on is covered by the parent, which wakes every sleeper itself when
 a wait outlasts a slice. Commands to some workers wake everyone at once (an idle worker woken
 would only go back to sleep).
@@ -100,8 +102,9 @@ _EAGAIN, _EINTR, _ETIMEDOUT = 11, 4, 110
 # The control words (uint32): the generation the workers wait on, and the countdown the parent
 # waits on, a cache line apart (the workers write one, the parent the other), then the level,
 # a word nobody waits on: FUTEX_WAKE_OP's first word (the kernel wakes one waiter there
-# even when asked for none), and whether the workers pass the wake-up on (a cascade).
-_GEN, _REMAINING, _LEVEL, _NOBODY, _CASCADE = 0, 16, 17, 18, 19
+# even when asked for none), whether the workers pass the wake-up on (a cascade), and the last
+# generation whose cascade found nobody left asleep (written by the workers).
+_GEN, _REMAINING, _LEVEL, _NOBODY, _CASCADE, _DRAINED = 0, 16, 17, 18, 19, 20
 _WORDS = 32
 CONTROL, COMMANDS, MARKS = "wake", "wake_cmd", "wake_mark"
 
@@ -315,11 +318,29 @@ class Bell:
 
     # --- worker ----------------------------------------------------------------------------
 
-    def wait_command(self, index: int, seen: int, spin_s: float) -> int:
+    def wait_command(self, index: int, seen: int, spin_s: float, answer: int = 0) -> int:
         """Block until worker ``index``'s command word differs from ``seen``; return it.
         Busy-looks at it for up to ``spin_s`` first (without a system call). Woken in a
-        cascade, passes the wake-up on first (once per generation)."""
-        cmd, words = self._cmd_mv, self._words_mv
+        cascade, passes the wake-up on first (once per generation).
+
+        ``answer``: first mark it (``seq << 8 | status``, see :meth:`answer`) and count it
+        down: the steady step's answer and next wait in one Python call. A worker's CPU per
+        step is mostly cold-cache Python on a machine with more workers than cores, where each
+        call and attribute lookup counts (decision 0036)."""
+        cmd, words, fn, number = self._cmd_mv, self._words_mv, self._bare, self._c_number
+        if answer:
+            self._mark_mv[index] = answer
+            level = words[_LEVEL]
+            op = self._c_wake_at_last if level == 0 else ctypes.c_long(_wake_op_code(level))
+            fn(
+                number,
+                self._c_nobody,
+                self._c_wake_op,
+                self._c_zero,
+                self._c_one,
+                self._c_remaining,
+                op,
+            )
         value: int = cmd[index]
         if value != seen:
             return value
@@ -329,21 +350,25 @@ class Bell:
                 value = cmd[index]
                 if value != seen:
                     return value
-        fn, number, gen, zero = self._bare, self._c_number, self._c_gen, self._c_zero
-        wait, c_seen = self._c_wait, self._c_seen
+        gen, c_seen = self._c_gen, self._c_seen
         while True:
             generation = words[_GEN]
             value = cmd[index]
             if value != seen:
                 return value
             c_seen.value = generation
-            fn(number, gen, wait, c_seen, None, None, zero)
+            # FUTEX_WAIT reads no argument after the timeout, FUTEX_WAKE none after the count:
+            # syscall() passes only those (each ctypes argument is a conversion).
+            fn(number, gen, self._c_wait, c_seen, None)
             generation = words[_GEN]
             if generation != self._passed_on and words[_CASCADE]:
                 self._passed_on = generation
-                fan_out = self._c_fan_out
-                fan_out.value = self.fan_out
-                fn(number, gen, self._c_wake, fan_out, None, None, zero)
+                # Once a wake-up found fewer sleepers than it asked for, every commanded
+                # worker is awake (or about to see its new word before it sleeps): the rest
+                # of this generation's passes would wake nobody, each a system call.
+                drained = words[_DRAINED] == generation
+                if not drained and fn(number, gen, self._c_wake, self._c_fan_out) < self.fan_out:
+                    words[_DRAINED] = generation
 
     def answer(self, index: int, seq: int, status: int) -> None:
         """Mark worker ``index``'s answer to command ``seq`` and count it down."""
