@@ -371,7 +371,8 @@ class Bell:
                     words[_DRAINED] = generation
 
     def answer(self, index: int, seq: int, status: int) -> None:
-        """Mark worker ``index``'s answer to command ``seq`` and count it down."""
+        """Mark worker ``index``'s answer to command ``seq`` and count it down (the steady
+        step's answer does the same inside :meth:`wait_command`, saving a call a step)."""
         self._mark_mv[index] = (seq << 8) | status
         level = self._words_mv[_LEVEL]
         op = self._c_wake_at_last if level == 0 else ctypes.c_long(_wake_op_code(level))
