@@ -44,14 +44,13 @@ from subvec._commands import (
     ResetPayload,
     SetAttrPayload,
     Status,
-    StepEnvsPayload,
     UnitReply,
 )
 from subvec._infos import InfoBlockWriter, to_columns
 from subvec._process import wire as proto
 from subvec._process.block import bind_rows, slot_writers
 from subvec._process.bootstrap import Lifeline, adopt_registry, tie_to_parent
-from subvec._process.chunks import ChunkAttachment, run_chunk
+from subvec._process.chunks import ChunkAttachment
 from subvec._process.gpus import gpu_environment
 from subvec._process.shm import SharedBlock
 from subvec._process.starts import BuildFailure, StartGate, build_env, maybe_token
@@ -59,7 +58,7 @@ from subvec._process.threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._process.topology import Placement, apply_placement
 from subvec._process.wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
 from subvec._process.wire import AttachSpec, WorkerCounters, WorkerHello
-from subvec._slab import EnvSlab, SlabResult
+from subvec._slab import ChunkResult, EnvSlab, SlabResult
 
 __all__ = ["worker_main"]
 
@@ -387,9 +386,13 @@ class _Server:
             with maybe_token(gate):
                 result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
         elif command is Command.STEP_ENVS:
+            if not payload:  # the short form: the last chunk command again
+                return self._chunk_reply(self.chunks.run_again())
             some = proto.decode_step_envs(payload)
             if some.substeps > 1:
-                return self._chunk(some)
+                return self._chunk_reply(
+                    self.chunks.run(self.slab, some, self.obs_space, self.act_space)
+                )
             result = slab.step(some.envs, some.actions, some.action_dtypes)
             self.env_steps_some += len(slab.envs) if some.envs is None else len(some.envs)
             if self.info_block is not None:
@@ -426,11 +429,9 @@ class _Server:
             return Status.OK, b""
         return Status.OK_PAYLOAD, self._dump_result(result)
 
-    def _chunk(self, payload: StepEnvsPayload) -> tuple[Status, bytes]:
-        """An action chunk: K sub-steps of the envs, results in the chunk block."""
-        assert payload.block is not None
-        views = self.chunks.get(payload.block, self.obs_space, self.act_space)
-        done = run_chunk(self.slab, payload, views)
+    def _chunk_reply(self, done: ChunkResult) -> tuple[Status, bytes]:
+        """An action chunk's reply (its results are in the chunk block): the events and
+        by-value observations, if any."""
         self.env_steps_some += done.executed
         if done.is_empty():
             return Status.OK, b""
