@@ -635,13 +635,20 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                     "(recycling counts episodes one step at a time); use step()"
                 )
         chunks = self._chunks
-        batch, one = chunks.check(actions, all_obs)
-        if batch is None:
-            # One sub-step is one step(): the backends' quickest round trip, one command per
-            # unit all the same.
-            return chunks.one_step(self.step(one), all_obs)
-        self._begin_step(_State.WAITING_CHUNK)
-        views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
+        steady = chunks.kept(actions, stop_on_done, all_obs)
+        if steady is not None:  # the same kind of chunk as the last: checked already
+            self._begin_step(_State.WAITING_CHUNK)
+            chunk = steady.shape[1]
+            views, per_unit, same = chunks.reload(steady, actions)
+        else:
+            batch, one = chunks.check(actions, all_obs)
+            if batch is None:
+                # One sub-step is one step(): the backends' quickest round trip, one command
+                # per unit all the same.
+                return chunks.one_step(self.step(one), all_obs)
+            self._begin_step(_State.WAITING_CHUNK)
+            chunk = batch.chunk
+            views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
         self._exchange.prepare_step()
         parts = self._chunk_exchange(per_unit) if same else None
         if parts is None:
@@ -651,7 +658,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         return chunks.results(
             parts,
             views,
-            batch.chunk,
+            chunk,
             all_obs,
             observations=self._obs.observations,
             observations_out=self._obs.out,
