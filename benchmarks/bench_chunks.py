@@ -15,7 +15,11 @@ How it measures (as benchmarks/bench_vector.py does, whose workloads and limit i
 - before each run it waits (up to ``--max-wait`` seconds) until other processes use less than
   ``--quiet`` cores, and records the cores they used just before (``busy_before``);
 - ``limit`` is bench_vector's: ``min(num_envs, usable CPUs)`` processes stepping their share of
-  the envs in a tight loop with no IPC, the sum of their rates;
+  the envs in a tight loop with no IPC, the sum of their rates; ``lock-step limit K`` the same
+  processes waiting for each other (a spin on shared memory) every K steps of their share: a
+  synchronous vector env with a free parent and free signalling, chunks of K;
+- the shares in the table (of the limit, of the lock-step limit at the same K, x ``step()``)
+  are medians of the per-repeat ratios: each repeat runs every configuration seconds apart;
 - Ray (``--ray``): ``RayVectorEnv(num_actors=2, local_workers=1)`` over CartPole x 8 on a local
   Ray, the time per env step of ``step()`` and of ``step_chunk`` at K = 8.
 
@@ -135,12 +139,14 @@ def run_vector(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def run_limit(cfg: dict[str, Any]) -> dict[str, Any]:
     suite = _suite()
-    result = suite.run_limit({**cfg, "impl": "limit", "seed": 0, "timeout": 120})
+    sync = cfg["how"].startswith("lock-step")
+    impl = {"impl": "limit_sync", "sync_every": cfg["chunk"]} if sync else {"impl": "limit"}
+    result = suite.run_limit({**cfg, **impl, "seed": 0, "timeout": 120})
     return {"steps_per_s": result["steps_per_s"], "us_per_env_step": 1e6 / result["steps_per_s"]}
 
 
 def child_main(cfg: dict[str, Any]) -> None:
-    if cfg["how"] == "limit":
+    if cfg["how"] == "limit" or cfg["how"].startswith("lock-step"):
         result = run_limit(cfg)
     else:
         if cfg["backend"] == "ray":
@@ -183,6 +189,7 @@ def configs(args: Args) -> list[dict[str, Any]]:
         spec = suite.workload_spec(workload, 1.0)
         base = {"workload": workload, "num_envs": n, "spec": spec, "backend": "subproc", **timing}
         out.append({**base, "how": "limit", "chunk": 1})
+        out += [{**base, "how": f"lock-step limit {k}", "chunk": k} for k in chunks]
         out.append({**base, "how": "step", "chunk": 0})
         out += [{**base, "how": f"chunk {k}", "chunk": k} for k in chunks]
     if args.ray:
@@ -193,23 +200,42 @@ def configs(args: Args) -> list[dict[str, Any]]:
     return out
 
 
+def _paired(runs: list[float], against: list[float] | None) -> str:
+    """The median of the per-repeat ratios (each repeat's configurations ran seconds apart)."""
+    if not against:
+        return ""
+    return f"{statistics.median(a / b for a, b in zip(runs, against)):.0%}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
+    """The results as a markdown table: each share is the median of the per-repeat ratios
+    to the same repeat's limit, lock-step limit at the same K, or ``step()``."""
     lines = [
-        "| backend | workload | envs | how | env-steps/s | us per env step | of limit | x step() |",
-        "|---|---|---|---|---|---|---|---|",
+        "| backend | workload | envs | how | env-steps/s | us per env step | of limit "
+        "| of lock-step limit | x step() |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    limits = {(r["backend"], r["workload"]): r["steps_per_s"] for r in rows if r["how"] == "limit"}
-    steps = {(r["backend"], r["workload"]): r["steps_per_s"] for r in rows if r["how"] == "step"}
+    runs = {(r["backend"], r["workload"], r["how"]): r["runs"] for r in rows}
     for r in rows:
-        key = (r["backend"], r["workload"])
-        limit = limits.get(("subproc", r["workload"])) if r["backend"] == "subproc" else None
-        of_limit = f"{r['steps_per_s'] / limit:.0%}" if limit else ""
-        x_step = ""
-        if key in steps and r["how"] != "limit":
-            x_step = f"{r['steps_per_s'] / steps[key]:.2f}"
+        workload, how = r["workload"], r["how"]
+        own = ("subproc", workload)
+        of_limit = of_sync = x_step = ""
+        if r["backend"] == "subproc":
+            of_limit = _paired(r["runs"], runs.get((*own, "limit")))
+        sync_k = {"step": 1}.get(how) or (r["chunk"] if how.startswith("chunk") else None)
+        if r["backend"] == "subproc" and sync_k:
+            of_sync = _paired(r["runs"], runs.get((*own, f"lock-step limit {sync_k}")))
+        if how.startswith(("chunk", "step")):
+            step = runs.get((r["backend"], workload, "step"))
+            x_step = (
+                ""
+                if step is None
+                else f"{statistics.median(a / b for a, b in zip(r['runs'], step)):.2f}"
+            )
         lines.append(
-            f"| {r['backend']} | {r['workload']} | {r['num_envs']} | {r['how']} | "
-            f"{r['steps_per_s']:,.0f} | {r['us_per_env_step']:.2f} | {of_limit} | {x_step} |"
+            f"| {r['backend']} | {workload} | {r['num_envs']} | {how} | "
+            f"{r['steps_per_s']:,.0f} | {r['us_per_env_step']:.2f} | {of_limit} | {of_sync} "
+            f"| {x_step} |"
         )
     return "\n".join(lines)
 

@@ -686,6 +686,7 @@ def _limit_worker(
     out: Any,
     rounds: Any = None,
     me: int = 0,
+    sync_every: int = 1,
 ) -> None:
     """One process of the limit: ``count`` envs stepped in a tight loop, no IPC while timed.
 
@@ -693,6 +694,7 @@ def _limit_worker(
     finished that round: the best any synchronous vector env can do, since its step ends when
     the slowest worker's share is done, with zero cost for the wait itself. ``rounds[width]``
     is the stop flag the first process to finish raises so that nobody waits for it forever.
+    A round is ``sync_every`` steps of the share (an action chunk of that many sub-steps).
     """
     import psutil
 
@@ -707,8 +709,13 @@ def _limit_worker(
             if terminated or truncated:
                 env.reset()
 
+    calls = [0]
+
     def step_in_lock_step(batch: Any) -> None:
         step(batch)
+        calls[0] += 1
+        if calls[0] % sync_every:
+            return
         width = len(rounds) - 1
         done = rounds[me] = rounds[me] + 1
         while min(rounds[:width]) < done and not rounds[width]:
@@ -749,6 +756,7 @@ def run_limit(cfg: dict[str, Any]) -> dict[str, Any]:
                 out,
                 rounds,
                 w,
+                int(cfg.get("sync_every", 1)),
             ),
         )
         for w, share in enumerate(shares)

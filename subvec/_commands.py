@@ -51,6 +51,7 @@ class Command(IntEnum):
     SET_ATTR = 5  # payload: SetAttrPayload
     CLOSE = 6  # payload: empty; the worker closes its envs, replies, exits
     STEP_ENVS = 7  # payload: StepEnvsPayload; the step command of lock-step, async and chunks
+    #: (no payload on the process wire: the worker's last chunk again, ``_process.chunks``)
     STATS = 8  # payload: empty; the reply is a pickled WorkerCounters
     SET_RESET_OPTIONS = 9  # payload: ResetOptionsPayload; the options of later autoresets
 

@@ -253,6 +253,16 @@ def test_chunk_benchmark_quick_mode_writes_results(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [json.loads(line) for line in (tmp_path / "chunks.jsonl").read_text().splitlines()]
     rows = lines[1:]
-    assert {r["how"] for r in rows} == {"limit", "step", "chunk 1", "chunk 4"}
+    assert {r["how"] for r in rows} == {
+        "limit",
+        "lock-step limit 1",
+        "lock-step limit 4",
+        "step",
+        "chunk 1",
+        "chunk 4",
+    }
     assert all(r["steps_per_s"] > 0 for r in rows)
-    assert "| chunk 4 |" in (tmp_path / "chunks.md").read_text()
+    table = (tmp_path / "chunks.md").read_text()
+    # chunks of 4 are shown against the lock-step limit at K = 4 (a share in its column)
+    row = next(line for line in table.splitlines() if "| chunk 4 |" in line)
+    assert row.split("|")[8].strip().endswith("%")

@@ -13,7 +13,8 @@ Workloads: ``cartpole``, ``cartpole_monitor`` (in SB3's ``Monitor``), ``busy<N>`
 (bench_vector.py's BusyEnv with N us of work a step), ``pong``, ``halfcheetah``, and any other
 workload bench_vector.py names (``libero1ms``, ``libero1ms_notext``, ``busy100us_84x84x3``).
 Extra constructor arguments: ``--kwargs "{'spin_us': 0}"``; ``--torch`` steps with CPU torch
-tensors instead of numpy arrays (what a torch policy hands over).
+tensors instead of numpy arrays (what a torch policy hands over); ``--chunk K`` times
+``step_chunk`` with K actions per env (one-array action spaces) instead of ``step``.
 
 A checkout may force how the envs are split between the workers (is an uneven split better
 when worker 0 shares its CPU with the parent? docs/decisions/0007): ``label=path:6,10`` gives
@@ -35,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 
@@ -70,6 +73,7 @@ def child_vector(
     seconds: float,
     split: list[int] | None = None,
     torch: bool = False,
+    chunk: int = 0,
 ) -> float:
     import subvec
 
@@ -89,6 +93,10 @@ def child_vector(
     envs = subvec.SubprocVectorEnv([factory(workload)] * n, **kwargs)
     try:
         envs.reset(seed=0)
+        if chunk:  # (num_envs, K) batches of one array leaf (Box, Discrete, ...)
+            samples = [envs.action_space.sample() for _ in range(64 * chunk)]
+            actions = [np.stack(samples[i * chunk : (i + 1) * chunk], axis=1) for i in range(64)]
+            return timed_rate(envs.step_chunk, actions, n * chunk, seconds)
         actions = [envs.action_space.sample() for _ in range(64)]
         if torch:
             sys.path.insert(0, str(HERE.parent))
@@ -192,6 +200,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--torch", action="store_true", help="actions as CPU torch tensors")
+    parser.add_argument("--chunk", type=int, default=0, help="step_chunk with K actions per env")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
@@ -206,6 +215,7 @@ def main() -> None:
                 spec["seconds"],
                 spec.get("split"),
                 spec.get("torch", False),
+                spec.get("chunk", 0),
             )
         print(f"RATE {rate}")
         return
@@ -216,7 +226,7 @@ def main() -> None:
         labelled.append((label, path))
         splits[label] = [int(k) for k in split.split(",")] if split else None
     base = {"workload": args.workload, "n": args.num_envs, "seconds": args.seconds}
-    vector_base = {**base, "torch": args.torch}
+    vector_base = {**base, "torch": args.torch, "chunk": args.chunk}
     kwargs = ast.literal_eval(args.kwargs)
     shares: dict[str, list[float]] = {label: [] for label, _ in labelled}
     rates: dict[str, list[float]] = {label: [] for label, _ in labelled}
@@ -230,6 +240,7 @@ def main() -> None:
             shares[label].append(rate / limit)
         print(f"round {r + 1}: limit {limit:,.0f} steps/s", flush=True)
     actions = ", torch actions" if args.torch else ""
+    actions += f", step_chunk K = {args.chunk}" if args.chunk else ""
     print(
         f"{args.workload} x {args.num_envs}, {kwargs or 'defaults'}{actions}, {args.rounds} rounds"
     )

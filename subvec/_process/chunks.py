@@ -27,10 +27,12 @@ the sub-step at which each of its envs was lost.
 A chunk is the step command of the front's core with K sub-steps (``StepEnvsPayload`` with
 ``substeps`` = K, addressing every env of the unit). The actions go to the ``c_act<k>``
 regions when every leaf of the batch is in the space's dtype (the usual case), and the command
-is then a few bytes, the same for every unit of a size; a batch in other dtypes travels in the
-command instead (the unit's rows, one array per leaf, kept in the caller's dtype, as
-``step()`` hands them over). Measured on CartPole x 4 (2 workers): ~11 us of pickling per
-worker per chunk with the arrays in the command, ~2.5 us without.
+is then a few bytes, the same for every unit of a size (the same kind of chunk again is a
+STEP_ENVS with no payload: the unit runs its last chunk again, :class:`ChunkAttachment`); a
+batch in other dtypes travels in the command instead (the unit's rows, one array per leaf,
+kept in the caller's dtype, as ``step()`` hands them over). Measured on CartPole x 4 (2
+workers): ~11 us of pickling per worker per chunk with the arrays in the command, ~2.5 us
+without.
 """
 
 from __future__ import annotations
