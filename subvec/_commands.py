@@ -113,7 +113,8 @@ class StepEnvsPayload(NamedTuple):
     each env runs K sub-steps before the unit answers, the actions and per-sub-step results
     in the chunk block ``block`` (actions by value: the unit's rows of each action leaf,
     ``(envs, K, *shape)``). The reply then holds chunk events ``(local env, sub-step, info)``;
-    an env's error ends the unit's chunk (the reply is the error)."""
+    an env that raises stops at that sub-step, is reported in ``errors``, and the unit's
+    other envs run their chunk."""
 
     envs: Sequence[int] | None
     actions: Sequence[Any] | None

@@ -96,30 +96,38 @@ class FinalObsInBlock:
 
 
 @dataclass
-class SlabResult:
-    infos: list[InfoEvent] = field(default_factory=list)
-    #: by-value observations (local env, obs); of a split nest, (local env, its other leaves)
-    obs: list[tuple[int, Any]] | None = None
-    #: the envs whose step raised, ``(local env, exception)`` (None: none)
+class _EnvErrors:
+    """The envs whose step raised in one command; the others went on."""
+
+    #: ``(local env, exception)`` (None: none)
     errors: list[tuple[int, Exception]] | None = None
 
-    def is_empty(self) -> bool:
-        return not self.infos and not self.obs and not self.errors
-
-    def error_records(self, first_index: int) -> list[tuple[int, ErrorRecord]] | None:
+    def error_records(
+        self, first_index: int, command: str = "step"
+    ) -> list[tuple[int, ErrorRecord]] | None:
         """The envs that raised as ``(local env, ErrorRecord)`` naming their global index
-        (the first env's is ``first_index``); None: none. Each exception's frames are cleared
-        once captured: its traceback holds the step's frame, which holds this result, and
-        through its arrays the shared block, which would stay mapped until the cycle
-        collector ran."""
+        (the first env's is ``first_index``) and ``command``; None: none. Each exception's
+        frames are cleared once captured: its traceback holds the step's frame, which holds
+        this result, and through its arrays the shared block, which would stay mapped until
+        the cycle collector ran."""
         if not self.errors:
             return None
         records = []
         for local, exc in self.errors:
-            records.append((local, ErrorRecord.capture(exc, first_index + local, "step")))
+            records.append((local, ErrorRecord.capture(exc, first_index + local, command)))
             traceback.clear_frames(exc.__traceback__)
         self.errors = None
         return records
+
+
+@dataclass
+class SlabResult(_EnvErrors):
+    infos: list[InfoEvent] = field(default_factory=list)
+    #: by-value observations (local env, obs); of a split nest, (local env, its other leaves)
+    obs: list[tuple[int, Any]] | None = None
+
+    def is_empty(self) -> bool:
+        return not self.infos and not self.obs and not self.errors
 
 
 @dataclass
@@ -140,8 +148,9 @@ class ChunkArrays:
 
 
 @dataclass
-class ChunkResult:
-    """What an action chunk says beyond its arrays."""
+class ChunkResult(_EnvErrors):
+    """What an action chunk says beyond its arrays (and, in ``errors``, the envs that raised:
+    each stopped at the sub-step that raised, the others ran their chunk)."""
 
     #: ``(local env, sub-step, info)``, env-major, sub-steps in order
     infos: list[ChunkEvent] = field(default_factory=list)
@@ -155,7 +164,7 @@ class ChunkResult:
     executed: int = 0
 
     def is_empty(self) -> bool:
-        return not self.infos and not self.obs and not self.sub_obs
+        return not self.infos and not self.obs and not self.sub_obs and not self.errors
 
 
 def final_obs_store(rows: np.ndarray) -> Callable[[Any, int], bool]:
@@ -244,8 +253,6 @@ class EnvSlab:
         self.arrays: SlabArrays | None = None
         #: per env: the options of its resets that name none (its autoresets); None: none
         self.reset_options: list[dict[str, Any] | None] = [None] * len(self.envs)
-        #: the sub-step of an action chunk being driven (error reports name it); -1: none
-        self.current_substep = -1
 
     @property
     def current_env(self) -> int:
@@ -454,11 +461,10 @@ class EnvSlab:
                 one per sub-step (e.g. a row of numpy scalars); None: ``read``.
 
         Returns:
-            The info events and by-value observations.
-
-        Raises:
-            Exception: what an env raised, with a note naming the sub-step; ``current_env``
-                and ``current_substep`` name where.
+            The info events and by-value observations, and in ``errors`` the envs that
+            raised (each exception with a note naming the sub-step): such an env stops at
+            that sub-step, its ``steps`` count says how many it completed, and the other envs
+            run their chunk.
         """
         arrays = self.arrays
         assert arrays is not None, "bind() first"
@@ -547,27 +553,31 @@ class EnvSlab:
                     cell_steps[i] = k + 1
                     if stop and ended:
                         break
+                done = k + 1
+                if done < chunk:
+                    rewards[i, done:] = 0.0
+                    if all_obs and write_sub is not None:
+                        for rest in range(done, chunk):
+                            write_sub(obs, i, rest)
+                if write_obs is not None:
+                    write_obs(obs, i)
+                elif not all_obs:
+                    self._emit_obs(result, i, obs)
+                elif write_sub is None:
+                    if result.sub_obs is None:
+                        result.sub_obs = []
+                    result.sub_obs.append((i, seen))
             except Exception as exc:
-                self.current_substep = k
+                # This env stops at the sub-step that raised (its rows from there read 0 and
+                # False); the unit's other envs run their chunk, as they step in step().
                 add_note(exc, f"raised at sub-step {k} of an action chunk of {chunk}")
-                raise
-            done = k + 1
+                if result.errors is None:
+                    result.errors = []
+                result.errors.append((i, exc))
+                done = int(steps[i])
+                rewards[i, done:], terms[i, done:], truncs[i, done:] = 0.0, False, False
             executed += done
-            if done < chunk:
-                rewards[i, done:] = 0.0
-                if all_obs and write_sub is not None:
-                    for rest in range(done, chunk):
-                        write_sub(obs, i, rest)
-            if write_obs is not None:
-                write_obs(obs, i)
-            elif not all_obs:
-                self._emit_obs(result, i, obs)
-            elif write_sub is None:
-                if result.sub_obs is None:
-                    result.sub_obs = []
-                result.sub_obs.append((i, seen))
         result.executed = executed
-        self.current_substep = -1
         return result
 
     def call(

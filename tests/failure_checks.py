@@ -75,6 +75,29 @@ def check_env_errors_leave_the_other_envs_stepped(make: Make) -> None:
         assert list(envs.get_attr("t")) == [2, 2, 2, 2]
 
 
+def check_chunk_env_errors_leave_the_other_envs_running(make: Make) -> None:
+    """Envs 0 and 2 (the first of each unit) raise at the first sub-step of a chunk: every
+    other env runs its whole chunk, as in ``step()``; ``step_chunk`` raises env 0's error,
+    naming the command and the sub-step, with a note naming env 2's, and the next chunk runs
+    every env again."""
+    fns = crash_fns(4, 0, "raise")
+    fns[2] = fns[0]
+    chunk = np.zeros((4, 3), dtype=np.int64)
+    with make(fns) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(KeyError) as info:
+            envs.step_chunk(chunk)
+        err = info.value
+        assert err.env_index == 0 and err.command == "step_chunk"
+        notes = "".join(getattr(err, "__notes__", ()))
+        assert "raised at sub-step 0 of an action chunk of 3" in notes
+        assert "env 2: KeyError" in notes
+        assert list(envs.get_attr("t")) == [1, 3, 1, 3]
+        _, rewards, *_, infos = envs.step_chunk(chunk)
+        assert rewards.shape == (4, 3) and infos["chunk_steps"].tolist() == [3, 3, 3, 3]
+        assert list(envs.get_attr("t")) == [4, 6, 4, 6]
+
+
 def check_env_error_in_reset_and_call(make: Make, *, one_unit: bool = False) -> None:
     """Errors in ``reset`` and ``call`` name the env and the command; when envs of several
     units raise, one exception (the lowest env's) and the others in a note (``one_unit``:

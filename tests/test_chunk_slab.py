@@ -198,19 +198,43 @@ def test_next_step_reset_step_inside_a_chunk_reads_no_action() -> None:
     assert h.slab.needs_reset == [True]
 
 
-def test_an_env_error_mid_chunk_names_the_sub_step() -> None:
-    fns = [_zoo, lambda: CrashEnv("raise", at_step=3, obs_space=OBS, act_space=BOX_ACT)]
-    h = ChunkHarness(fns, AutoresetMode.NEXT_STEP)
-    h.slab.reset([0, 1], None)
-    with pytest.raises(KeyError, match="boom") as info:
-        h.chunk(np.zeros((2, 5, 2), dtype=np.float32), False, False)
-    assert h.slab.current_env == 1 and h.slab.current_substep == 2
-    assert "raised at sub-step 2 of an action chunk of 5" in "".join(
-        getattr(info.value, "__notes__", [str(info.value)])
+def test_an_env_error_mid_chunk_stops_that_env_and_the_others_run_their_chunk() -> None:
+    """The env that raises stops at that sub-step (its count says how many it completed, its
+    rows from there read 0 and False) and is reported with a note naming the sub-step; the
+    envs after it still run their chunk, as the others step in ``step()``."""
+    fns = [lambda: ZooEnv(OBS, BOX_ACT, max_steps=50, terminate_prob=0.0)] * 3
+    fns[1] = lambda: CrashEnv(
+        "raise", at_step=3, obs_space=OBS, act_space=BOX_ACT, max_steps=50, terminate_prob=0.0
     )
-    # the slab goes on: the next chunk runs (the crashed env misbehaves once)
-    h.chunk(np.zeros((2, 2, 2), dtype=np.float32), False, False)
-    assert h.slab.current_substep == -1
+    slab = EnvSlab([fn() for fn in fns], 0, AutoresetMode.NEXT_STEP)
+    written: dict[int, Any] = {}
+    slab.bind(
+        SlabArrays(
+            np.zeros(3),
+            np.zeros(3, dtype=np.bool_),
+            np.zeros(3, dtype=np.bool_),
+            write_obs=lambda obs, i: written.__setitem__(i, obs),
+        )
+    )
+    slab.reset([0, 1, 2], None)
+    written.clear()
+    out = _chunk_out(3, 5)
+    actions = np.zeros((3, 5, 2), dtype=np.float32)
+    result = slab.step_chunk(out, lambda i, k: actions[i, k], 5)
+    assert result.errors is not None and [i for i, _ in result.errors] == [1]
+    error = result.errors[0][1]
+    assert isinstance(error, KeyError)
+    assert "raised at sub-step 2 of an action chunk of 5" in "".join(error.__notes__)
+    assert out.steps.tolist() == [5, 2, 5] and result.executed == 12
+    assert out.rewards[1, 2:].tolist() == [0.0] * 3 and not out.truncations[1, 2:].any()
+    assert sorted(written) == [0, 2]  # the env that raised has no last observation
+    assert [e.t for e in slab.envs] == [5, 3, 5]
+    records = result.error_records(10, "step_chunk")
+    assert records is not None and records[0][1].env_index == 11
+    assert records[0][1].command == "step_chunk" and result.errors is None
+    # the slab goes on: the next chunk runs every env (the crashed env misbehaves once)
+    again = slab.step_chunk(_chunk_out(3, 2), lambda i, k: actions[i, k], 2)
+    assert again.errors is None and again.executed == 6
 
 
 def test_same_step_final_obs_is_a_snapshot() -> None:
@@ -300,9 +324,10 @@ def test_rewards_and_flags_are_stored_as_a_step_stores_them() -> None:
 
     bad = EnvSlab([ScriptedEnv([(np.ones(2), False, False)])], 0, AutoresetMode.NEXT_STEP)
     bad.bind(SlabArrays(np.zeros(1), np.zeros(1, dtype=np.bool_), np.zeros(1, np.bool_)))
-    with pytest.raises(ValueError, match=r"step returned reward as an array of shape \(2,\)"):
-        bad.step_chunk(_chunk_out(1, 2), lambda i, k: actions[i, k], 2)
-    assert bad.current_substep == 0
+    failed = bad.step_chunk(_chunk_out(1, 2), lambda i, k: actions[i, k], 2).errors
+    assert failed is not None and isinstance(failed[0][1], ValueError)
+    assert "step returned reward as an array of shape (2,)" in str(failed[0][1])
+    assert "raised at sub-step 0" in "".join(failed[0][1].__notes__)
 
 
 def test_chunk_arrays_that_are_not_contiguous_are_refused() -> None:

@@ -48,6 +48,7 @@ from tests.envs import (
     make_zoo,
 )
 from tests.failure_checks import (
+    check_chunk_env_errors_leave_the_other_envs_running,
     check_env_error_in_reset_and_call,
     check_env_error_in_step,
     check_env_errors_leave_the_other_envs_stepped,
@@ -110,6 +111,12 @@ def test_env_error_in_step_keeps_type_index_pid_and_traceback(make: Any, env_pid
 @pytest.mark.parametrize("make", [two_workers, InProcessVectorEnv], ids=["workers", "in_process"])
 def test_env_errors_in_one_step_leave_the_other_envs_stepped(make: Any) -> None:
     check_env_errors_leave_the_other_envs_stepped(make)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("make", [two_workers, InProcessVectorEnv], ids=["workers", "in_process"])
+def test_env_errors_in_one_chunk_leave_the_other_envs_running(make: Any) -> None:
+    check_chunk_env_errors_leave_the_other_envs_running(make)
 
 
 @pytest.mark.timeout(60)

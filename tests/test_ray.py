@@ -47,6 +47,7 @@ from tests.envs import (  # noqa: E402
     make_zoo,
 )
 from tests.failure_checks import (  # noqa: E402
+    check_chunk_env_errors_leave_the_other_envs_running,
     check_env_error_in_reset_and_call,
     check_env_error_in_step,
     check_env_errors_leave_the_other_envs_stepped,
@@ -203,6 +204,10 @@ def test_env_error_in_step_names_the_env_over_the_whole_vector_env() -> None:
 
 def test_env_errors_in_one_step_leave_the_other_envs_stepped() -> None:
     check_env_errors_leave_the_other_envs_stepped(RayEnvs)
+
+
+def test_env_errors_in_one_chunk_leave_the_other_envs_running() -> None:
+    check_chunk_env_errors_leave_the_other_envs_running(RayEnvs)
 
 
 def test_env_error_in_reset_and_call_and_one_report_for_many() -> None:

@@ -650,21 +650,27 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             chunk = batch.chunk
             views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
         self._exchange.prepare_step()
-        parts = self._chunk_exchange(per_unit) if same else None
-        if parts is None:
-            self._exchange.send(Command.STEP_ENVS, per_unit=per_unit)
-            self._state = _State.WAITING_CHUNK
-            parts = self._exchange.collect(_State.WAITING_CHUNK, None)
-        return chunks.results(
-            parts,
-            views,
-            chunk,
-            all_obs,
-            observations=self._obs.observations,
-            observations_out=self._obs.out,
-            restarted=self._restarted if self._any_restarted else None,
-            needs_reset=self._needs_reset,
-        )
+        try:
+            parts = self._chunk_exchange(per_unit) if same else None
+            if parts is None:
+                self._exchange.send(Command.STEP_ENVS, per_unit=per_unit)
+                self._state = _State.WAITING_CHUNK
+                parts = self._exchange.collect(_State.WAITING_CHUNK, None)
+            return chunks.results(
+                parts,
+                views,
+                chunk,
+                all_obs,
+                observations=self._obs.observations,
+                observations_out=self._obs.out,
+                restarted=self._restarted if self._any_restarted else None,
+                needs_reset=self._needs_reset,
+            )
+        except BaseException:
+            # Not kept in this frame: a traceback the caller keeps (an env's error) would hold
+            # the chunk's arrays, and through them the chunk block, mapped after close().
+            del views, steady
+            raise
 
     def _chunk_exchange(self, per_unit: PerUnit) -> list[Part] | None:
         """A backend's quick round trip for a chunk command that is the same for every unit

@@ -157,10 +157,11 @@ class LocalShare:
         except Exception as exc:
             record = ErrorRecord.capture(exc, self.slab.current_env, self._command.name.lower())
             return Status.ERROR, rebuild_remote_error(record, os.getpid())
-        if isinstance(result, ChunkResult):  # as a worker replies (see _worker)
+        if isinstance(result, ChunkResult):  # as a worker replies (see _process.worker)
             if result.is_empty():
                 return PLAIN
-            return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, None, result.sub_obs)
+            errors = result.error_records(self.lo, "step_chunk")
+            return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, errors, result.sub_obs)
         if isinstance(result, SlabResult):  # as a worker replies (see _process.worker)
             if result.is_empty():
                 return PLAIN

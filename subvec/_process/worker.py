@@ -430,12 +430,13 @@ class _Server:
         return Status.OK_PAYLOAD, self._dump_result(result)
 
     def _chunk_reply(self, done: ChunkResult) -> tuple[Status, bytes]:
-        """An action chunk's reply (its results are in the chunk block): the events and
-        by-value observations, if any."""
+        """An action chunk's reply (its results are in the chunk block): the events, the
+        by-value observations and the envs that raised, if any."""
         self.env_steps_some += done.executed
         if done.is_empty():
             return Status.OK, b""
-        reply = UnitReply(done.infos, done.obs, None, done.sub_obs)
+        errors = done.error_records(self.slab.first_index, "step_chunk")
+        reply = UnitReply(done.infos, done.obs, errors, done.sub_obs)
         items = [(i, info) for i, _, info in done.infos]
         return Status.OK_PAYLOAD, self._dump_per_env(
             reply, "the info", [*items, *(done.obs or ()), *(done.sub_obs or ())]
