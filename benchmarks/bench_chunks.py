@@ -200,11 +200,12 @@ def configs(args: Args) -> list[dict[str, Any]]:
     return out
 
 
-def _paired(runs: list[float], against: list[float] | None) -> str:
-    """The median of the per-repeat ratios (each repeat's configurations ran seconds apart)."""
+def _paired(runs: list[float], against: list[float] | None, form: str) -> str:
+    """The median of the per-repeat ratios of ``runs`` to ``against`` (each repeat's
+    configurations ran seconds apart), formatted with ``form``; "" without ``against``."""
     if not against:
         return ""
-    return f"{statistics.median(a / b for a, b in zip(runs, against)):.0%}"
+    return format(statistics.median(a / b for a, b in zip(runs, against)), form)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -220,18 +221,15 @@ def table(rows: list[dict[str, Any]]) -> str:
         workload, how = r["workload"], r["how"]
         own = ("subproc", workload)
         of_limit = of_sync = x_step = ""
+        # step() is a chunk of one sub-step: both are held against the lock-step limit at K
+        sync_k = 1 if how == "step" else r["chunk"] if how.startswith("chunk") else None
         if r["backend"] == "subproc":
-            of_limit = _paired(r["runs"], runs.get((*own, "limit")))
-        sync_k = {"step": 1}.get(how) or (r["chunk"] if how.startswith("chunk") else None)
-        if r["backend"] == "subproc" and sync_k:
-            of_sync = _paired(r["runs"], runs.get((*own, f"lock-step limit {sync_k}")))
-        if how.startswith(("chunk", "step")):
-            step = runs.get((r["backend"], workload, "step"))
-            x_step = (
-                ""
-                if step is None
-                else f"{statistics.median(a / b for a, b in zip(r['runs'], step)):.2f}"
-            )
+            of_limit = _paired(r["runs"], runs.get((*own, "limit")), ".0%")
+            if sync_k:
+                limit_k = runs.get((*own, f"lock-step limit {sync_k}"))
+                of_sync = _paired(r["runs"], limit_k, ".0%")
+        if sync_k:
+            x_step = _paired(r["runs"], runs.get((r["backend"], workload, "step")), ".2f")
         lines.append(
             f"| {r['backend']} | {workload} | {r['num_envs']} | {how} | "
             f"{r['steps_per_s']:,.0f} | {r['us_per_env_step']:.2f} | {of_limit} | {of_sync} "
