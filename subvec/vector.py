@@ -274,6 +274,7 @@ class SubprocVectorEnv(VectorFront):
             registry=None if self.context == "fork" else registry_snapshot(),
             spin_s=self.layout.parent_spin_us * 1e-6,
             partner=self.layout.partner,
+            late_spin_s=self.layout.late_spin_us * 1e-6,
             max_active=self.layout.max_active,
             threads=self.worker_threads,
             worker_env=worker_env,

@@ -157,7 +157,9 @@ def test_remote_proxy_property_and_context_manager() -> None:
     ("cpus", "spin_us", "parent_envs", "workers", "parent", "partner"),
     [
         (4, None, 0, (300.0, 300.0), 300.0, None),  # a CPU each, the parent's too: all spin
-        (2, None, 0, (0.0, 300.0), 0.0, 0),  # the parent shares worker 0's CPU: both block
+        # the parent shares worker 0's CPU: both block (the parent spins for worker 1 only
+        # once worker 0 has answered)
+        (2, None, 0, (0.0, 300.0), 0.0, 0),
         (2, None, 1, (300.0, 300.0), 0.0, None),  # the parent steps envs: no partner
         (1, None, 0, (0.0, 0.0), 0.0, None),  # more workers than CPUs: nobody spins
         (2, 50, 0, (50.0, 50.0), 50.0, None),  # an explicit window applies to everyone
@@ -178,6 +180,7 @@ def test_spin_policy_follows_the_usable_cpus(
     assert layout.worker_spin_us == workers
     assert layout.parent_spin_us == parent
     assert layout.partner == partner
+    assert layout.late_spin_us == (300.0 if partner is not None else 0.0)
     monkeypatch.setattr("subvec.vector.usable_cpus", lambda: cpus)
     envs = SubprocVectorEnv(
         [make_zoo("box_f32")] * 4, num_workers=2, spin_us=spin_us, parent_envs=parent_envs
@@ -190,6 +193,54 @@ def test_spin_policy_follows_the_usable_cpus(
         envs.reset(seed=1)
         for _ in range(20):
             envs.step(envs.action_space.sample())
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("seconds", [0.0001, 0.003], ids=["within_the_window", "past_it"])
+@pytest.mark.parametrize("chunk", [0, 3], ids=["step", "step_chunk"])
+def test_a_late_worker_after_the_partner_is_awaited_and_read_in_order(
+    seconds: float, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The partner layout: once worker 0 (the partner) has answered, the parent looks for
+    # worker 1's reply busy for the late window, then sleeps. Worker 1's envs are slower
+    # here, by less than the window or by more: either way its results are the ones read,
+    # for steps and chunks alike (the same envs stepped one by one are the reference).
+    monkeypatch.setenv("SUBVEC_WAKE", "pipes")
+    monkeypatch.setattr("subvec.vector.usable_cpus", lambda: 2)
+
+    def make(i: int) -> ZooEnv:
+        return ZooEnv(step_seconds=seconds if i >= 2 else 0.0)
+
+    fns = [lambda i=i: make(i) for i in range(4)]
+    envs = SubprocVectorEnv(fns, num_workers=2)
+    refs = [make(i) for i in range(4)]
+    try:
+        assert envs.layout.partner == 0 and envs.layout.late_spin_us > 0
+        envs.reset(seed=5)
+        for i, ref in enumerate(refs):
+            ref.reset(seed=5 + i)
+        rng = np.random.default_rng(0)
+        ended = [False] * 4
+        for _ in range(12):
+            actions = rng.integers(0, 3, size=(4, max(chunk, 1)))
+            if chunk:
+                _, rewards, terms, truncs, _ = envs.step_chunk(actions)
+            else:
+                _, rewards, terms, truncs, _ = envs.step(actions[:, 0])
+                rewards, terms, truncs = rewards[:, None], terms[:, None], truncs[:, None]
+            for i, ref in enumerate(refs):
+                for k in range(actions.shape[1]):
+                    if ended[i]:  # NEXT_STEP: the reset step
+                        ref.reset()
+                        want = (0.0, False, False)
+                    else:
+                        _, r, te, tr, _ = ref.step(int(actions[i, k]))
+                        want = (r, te, tr)
+                    ended[i] = bool(want[1] or want[2])
+                    got = (rewards[i, k], terms[i, k], truncs[i, k])
+                    assert got == pytest.approx(want), (i, k)
     finally:
         envs.close()
 

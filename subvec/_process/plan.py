@@ -43,6 +43,11 @@ class Layout:
         worker_spin_us: per worker, the busy-poll window for its next command (0: none).
         parent_spin_us: the parent's busy-poll window for replies (0: it blocks at once).
         partner: the worker that shares the parent's CPU and never spins, if any.
+        late_spin_us: with a partner, the parent's busy-poll window for the other workers'
+            replies once the partner has answered (0: it blocks). The parent's CPU has
+            nothing else to run then (the partner sleeps until its next command), while a
+            parent asleep there is woken from the other worker's CPU, which on a VM can
+            cost more than a cheap env's step.
         max_active: the most workers commanded to step or reset at once (``max_concurrency``
             below the number of workers), or None: every worker at once.
     """
@@ -53,6 +58,7 @@ class Layout:
     parent_spin_us: float
     partner: int | None
     max_active: int | None = None
+    late_spin_us: float = 0.0
     #: how the parent wakes the workers and learns of their answers: ``"futex"`` (one system
     #: call per command for the whole pool) or ``"pipes"`` (a write and a read per worker);
     #: see ``subvec._process.wake``
@@ -243,6 +249,7 @@ def plan_layout(
         parent_spin_us=parent_spin,
         partner=partner,
         max_active=max_active,
+        late_spin_us=DEFAULT_SPIN_US if partner is not None else 0.0,
         wake=wake,
     )
 
