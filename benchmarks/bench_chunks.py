@@ -288,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
                 "busy_before": [r["busy_before"] for r in runs[i]],
             }
         )
-    facts = {"nproc": os.cpu_count(), "repeats": args.repeats, "duration_s": args.duration}
+    # the machine (its CPU model: hosts of one VM type differ) and the run
+    facts = {**_suite().machine_facts(None), "repeats": args.repeats, "duration_s": args.duration}
     with open(out_dir / "chunks.jsonl", "w") as f:
         f.write(json.dumps({"facts": facts}) + "\n")
         for row in rows:
