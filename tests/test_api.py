@@ -12,6 +12,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
 from subvec import SubprocVectorEnv
 from subvec._process.plan import plan_layout, split
+from tests.chunks import Oracle, check_chunk
 from tests.envs import ZooEnv, make_zoo
 
 
@@ -215,32 +216,30 @@ def test_a_late_worker_after_the_partner_is_awaited_and_read_in_order(
 
     fns = [lambda i=i: make(i) for i in range(4)]
     envs = SubprocVectorEnv(fns, num_workers=2)
-    refs = [make(i) for i in range(4)]
+    oracle = Oracle(fns, AutoresetMode.NEXT_STEP)
     try:
         assert envs.layout.partner == 0 and envs.layout.late_spin_us > 0
         envs.reset(seed=5)
-        for i, ref in enumerate(refs):
-            ref.reset(seed=5 + i)
+        oracle.reset(seed=5)
         rng = np.random.default_rng(0)
-        ended = [False] * 4
-        for _ in range(12):
+        for t in range(12):
             actions = rng.integers(0, 3, size=(4, max(chunk, 1)))
+            expected = oracle.chunk(actions, max(chunk, 1), stop_on_done=False)
             if chunk:
-                _, rewards, terms, truncs, _ = envs.step_chunk(actions)
+                got = envs.step_chunk(actions)
+                check_chunk(expected, chunk, *got, where=f"chunk {t}")
             else:
-                _, rewards, terms, truncs, _ = envs.step(actions[:, 0])
-                rewards, terms, truncs = rewards[:, None], terms[:, None], truncs[:, None]
-            for i, ref in enumerate(refs):
-                for k in range(actions.shape[1]):
-                    if ended[i]:  # NEXT_STEP: the reset step
-                        ref.reset()
-                        want = (0.0, False, False)
-                    else:
-                        _, r, te, tr, _ = ref.step(int(actions[i, k]))
-                        want = (r, te, tr)
-                    ended[i] = bool(want[1] or want[2])
-                    got = (rewards[i, k], terms[i, k], truncs[i, k])
-                    assert got == pytest.approx(want), (i, k)
+                obs, rewards, terms, truncs, _ = envs.step(actions[:, 0])
+                check_chunk(
+                    expected,
+                    1,
+                    obs,
+                    rewards[:, None],
+                    terms[:, None],
+                    truncs[:, None],
+                    None,
+                    where=f"step {t}",
+                )
     finally:
         envs.close()
 
