@@ -71,6 +71,7 @@ from subvec import _requires  # noqa: F401  (first: says so plainly if gymnasium
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
+    LateBindingWarning,
     MissingMainGuardError,
     PlacementError,
     RecvTimeoutError,
@@ -89,6 +90,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
+    "LateBindingWarning",
     "MissingMainGuardError",
     "PlacementError",
     "RecvTimeoutError",

@@ -296,7 +296,7 @@ def run_bench(
         for impl in impls:
             results = runs.get((n, impl), [])
             if results:
-                medians[impl] = {k: statistics.median(r[k] for r in results) for k in results[0]}
+                medians[impl] = _summary(results)
         peer = medians.get("async", {}).get("steps_per_s")
         limit = medians.get("limit", {}).get("steps_per_s")
         for impl in impls:
@@ -315,6 +315,61 @@ def run_bench(
                 row["error"] = errors.get((n, impl), "no result")
             rows.append(row)
     return rows
+
+
+def _summary(results: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The medians of a configuration's runs, and ``spread``: how far apart its runs' rates
+    lie, (max - min) / median (0 for a single run)."""
+    summary = {k: statistics.median(r[k] for r in results) for k in results[0]}
+    rates = [r["steps_per_s"] for r in results]
+    summary["spread"] = (max(rates) - min(rates)) / summary["steps_per_s"]
+    return summary
+
+
+#: above this 1-minute load average per usable CPU before a run, other work shares the CPUs
+BUSY_LOAD_PER_CPU = 0.5
+#: above this spread between a configuration's repeats, its median is not to be trusted
+UNSTEADY_SPREAD = 0.2
+
+
+def reliability_warnings(
+    rows: Sequence[dict[str, Any]], load_before: float, cpus: int, label: str = "impl"
+) -> list[str]:
+    """What says the figures of a ``subvec bench`` or ``subvec tune`` run are unreliable.
+
+    Args:
+        rows: the run's rows (``run_bench`` or ``run_tune``).
+        load_before: the 1-minute load average read before the first run.
+        cpus: the CPUs the runs could use.
+        label: how a row is named in a warning: ``"impl"`` (bench) or ``"options"`` (tune).
+
+    Returns:
+        One sentence per problem, each saying how to get stable figures; empty when none.
+    """
+    warnings = []
+    if load_before > BUSY_LOAD_PER_CPU * cpus:
+        warnings.append(
+            f"the load average was {load_before:.2f} on {cpus} usable CPU(s) before the run: "
+            "other processes (or an earlier run, still in the 1-minute average) share the "
+            "CPUs, so every figure may read low and subvec's most of all. For stable figures, "
+            "stop other jobs, wait until `uptime` shows a load under "
+            f"{BUSY_LOAD_PER_CPU * cpus:g}, and rerun."
+        )
+    unsteady = [r for r in rows if r.get("spread", 0.0) > UNSTEADY_SPREAD]
+    if unsteady:
+        names = ", ".join(
+            IMPLEMENTATIONS.get(r["impl"], r["impl"])
+            if label == "impl"
+            else _layout_text(r["options"])
+            for r in unsteady
+        )
+        worst = max(r["spread"] for r in unsteady)
+        warnings.append(
+            f"repeats differed by up to {worst:.0%} of their median ({names}): the machine's "
+            "speed moved during the run. Rerun with more repeats (--repeats 5) on a quiet "
+            "machine, and compare ratios within one run rather than rates across runs."
+        )
+    return warnings
 
 
 def tune_layouts(num_envs: int, cpus: int) -> list[dict[str, Any]]:
@@ -381,7 +436,7 @@ def run_tune(
         row: dict[str, Any] = {"env_id": env_id, "num_envs": num_envs, "options": options}
         results = runs.get(j, [])
         if results:
-            row.update({k: statistics.median(r[k] for r in results) for k in results[0]})
+            row.update(_summary(results))
         else:
             row["error"] = errors.get(j, "no result")
         rows.append(row)
@@ -418,9 +473,11 @@ def format_tune(rows: Sequence[dict[str, Any]]) -> str:
     if best is None:
         lines.append("\nno layout ran")
     else:
-        options = ", ".join(f"{k}={v!r}" for k, v in best["options"].items())
+        # an option left at None is the default: the call names only what to set
+        options = "".join(f", {k}={v!r}" for k, v in best["options"].items() if v is not None)
+        spin = " (the default spin)" if best["options"].get("spin_us") is None else ""
         lines.append(
-            f"\nbest: SubprocVectorEnv(..., {options}): {best['steps_per_s']:,.0f} env-steps/s"
+            f"\nbest: SubprocVectorEnv(...{options}){spin}: {best['steps_per_s']:,.0f} env-steps/s"
         )
     return "\n".join(lines)
 
@@ -540,7 +597,13 @@ def add_cli_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     tune.set_defaults(func=_cli_tune)
 
 
+def _print_warnings(warnings: Sequence[str]) -> None:
+    for text in warnings:
+        print(f"\nwarning: {text}")
+
+
 def _cli_tune(args: argparse.Namespace) -> int:
+    load_before = os.getloadavg()[0]
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(
         f"{args.env_id} x {args.num_envs}: {os.cpu_count()} CPUs ({usable_cpus()} usable), "
@@ -552,12 +615,14 @@ def _cli_tune(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(format_tune(rows))
+    _print_warnings(reliability_warnings(rows, load_before, usable_cpus(), label="options"))
     return 0 if any("error" not in r for r in rows) else 1
 
 
 def _cli_bench(args: argparse.Namespace) -> int:
     impls = [i for i in args.impls.split(",") if i]
     cpus = usable_cpus()
+    load_before = os.getloadavg()[0]
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(
         f"{args.env_id}: {os.cpu_count()} CPUs ({cpus} usable), load average {load}; "
@@ -571,6 +636,7 @@ def _cli_bench(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(format_table(rows))
+    _print_warnings(reliability_warnings(rows, load_before, cpus))
     if args.json:
         with open(args.json, "w") as f:
             for row in rows:

@@ -11,7 +11,10 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from subvec import __version__
+
     parser = argparse.ArgumentParser(prog="subvec", description="subvec command line tools")
+    parser.add_argument("--version", action="version", version=f"subvec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     from subvec import _bench
     from subvec._process import shm as _shm

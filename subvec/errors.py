@@ -16,6 +16,7 @@ from collections.abc import Sequence
 __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
+    "LateBindingWarning",
     "MissingMainGuardError",
     "PlacementError",
     "RemoteEnvError",
@@ -116,6 +117,12 @@ class MissingMainGuardError(SubvecError, RuntimeError):
     running its parent's script on start-up (the script has no ``if __name__ == "__main__":``
     guard and starts a process of its own). The message names both fixes: the guard, or
     ``context="fork"`` for the process that runs the script again."""
+
+
+class LateBindingWarning(UserWarning):
+    """The env factories are one lambda made in a loop, all reading the loop variable's last
+    value through one shared cell (``[lambda: gym.make(i) for i in ids]``): every env would be
+    built alike. The message names the variable and the fix (``lambda i=i: ...``)."""
 
 
 class SharedMemoryTooSmallError(SubvecError, OSError):

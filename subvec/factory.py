@@ -13,17 +13,13 @@ workers that never ran it (the resolved ``EnvSpec`` travels with the factory).
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import functools
-import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
-from subvec._front.front import ResetOptions, VectorFront
-from subvec._seeding import SeedArg
+from subvec._kwargs import check_kwargs, options_of
 from subvec.vector import SubprocVectorEnv
 
 if TYPE_CHECKING:
@@ -36,18 +32,8 @@ __all__ = ["BACKENDS", "VECTOR_KWARGS", "EnvFactory", "backend_kwargs", "check_k
 BACKENDS = ("process", "ray")
 
 
-def _options_of(cls: type) -> tuple[str, ...]:
-    """The options of a vector env class, read from its signature (so they never drift)."""
-    return tuple(
-        name
-        for name, p in inspect.signature(cls.__init__).parameters.items()  # type: ignore[misc]
-        if name not in ("self", "env_fns")
-        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    )
-
-
 #: The options ``make_vec`` passes on to :class:`SubprocVectorEnv`.
-VECTOR_KWARGS: tuple[str, ...] = _options_of(SubprocVectorEnv)
+VECTOR_KWARGS: tuple[str, ...] = options_of(SubprocVectorEnv)
 
 
 def _check_backend(backend: str) -> None:
@@ -61,7 +47,7 @@ def backend_kwargs(backend: str) -> tuple[str, ...]:
     if backend == "ray":
         from subvec.ray import RayVectorEnv
 
-        return _options_of(RayVectorEnv)
+        return options_of(RayVectorEnv)
     return VECTOR_KWARGS
 
 
@@ -74,45 +60,6 @@ _MAKE_VEC_HINTS = {
     "subvec.SubprocVectorEnv(env_fns, ...)",
     "kwargs": "pass the env constructor's arguments as env_kwargs={...}",
 }
-
-
-def check_kwargs(
-    given: Mapping[str, Any],
-    allowed: Iterable[str],
-    where: str,
-    *,
-    hints: Mapping[str, str] | None = None,
-    otherwise: str = "",
-) -> None:
-    """Reject keyword arguments not in ``allowed``, naming each and saying what to change.
-
-    A known mistake gets its hint, a typo gets the closest allowed name (difflib), anything
-    else gets ``otherwise`` (formatted with ``{name}``) and the list of allowed names.
-    """
-    allowed = list(allowed)
-    unknown = [name for name in given if name not in allowed]
-    if not unknown:
-        return
-    hints = hints or {}
-    problems = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
-        if name in hints:
-            problems.append(f"{name!r}: {hints[name]}")
-        elif close:
-            problems.append(f"{name!r}: did you mean {close[0]!r}?")
-        elif otherwise:
-            problems.append(f"{name!r}: " + otherwise.format(name=name))
-        else:
-            problems.append(f"{name!r} is not one of them")
-    plural = "s" if len(unknown) > 1 else ""
-    raise TypeError(
-        f"{where} got unexpected keyword argument{plural} "
-        + ", ".join(repr(n) for n in unknown)
-        + ".\n  "
-        + "\n  ".join(problems)
-        + f"\n  (accepted: {', '.join(allowed)})"
-    )
 
 
 class EnvFactory:
@@ -146,35 +93,6 @@ class EnvFactory:
     def __repr__(self) -> str:
         target = self.target.id if isinstance(self.target, EnvSpec) else self.target
         return f"EnvFactory({target!r}, env_kwargs={self.env_kwargs}, wrappers={self.wrappers})"
-
-
-class _FirstSeed(VectorFront):
-    """A vector env whose first ``reset()`` without a seed uses ``make_vec``'s seed.
-
-    An explicit seed at that first reset wins; either way the stored seed is then forgotten,
-    so later resets keep each env's own stream as usual.
-    """
-
-    _first_seed: int | None = None
-
-    def reset_async(self, seed: SeedArg = None, options: ResetOptions = None) -> None:
-        first = self._first_seed
-        super().reset_async(seed=first if seed is None else seed, options=options)
-        self._first_seed = None  # only once the reset was sent: a refused one keeps it
-
-
-class _FirstSeedVectorEnv(_FirstSeed, SubprocVectorEnv):
-    """SubprocVectorEnv with make_vec's first seed."""
-
-
-@functools.cache
-def _first_seed_ray() -> type[RayVectorEnv]:
-    from subvec.ray import RayVectorEnv
-
-    class _FirstSeedRayVectorEnv(_FirstSeed, RayVectorEnv):
-        """RayVectorEnv with make_vec's first seed."""
-
-    return _FirstSeedRayVectorEnv
 
 
 def _resolve_spec(env_id: str | EnvSpec) -> EnvSpec:
@@ -255,8 +173,13 @@ def make_vec(
             f"returning an env, got {env_id_or_callable!r}"
         )
 
-    cls = _first_seed_ray() if backend == "ray" else _FirstSeedVectorEnv
-    envs = cls([factory] * num_envs, **vector_kwargs)
+    envs: SubprocVectorEnv | RayVectorEnv
+    if backend == "ray":
+        from subvec.ray import RayVectorEnv
+
+        envs = RayVectorEnv([factory] * num_envs, **vector_kwargs)
+    else:
+        envs = SubprocVectorEnv([factory] * num_envs, **vector_kwargs)
     if spec is not None:
         # As gymnasium.make_vec records it: the env's kwargs, and num_envs when not 1.
         kwargs = {**spec.kwargs, **(env_kwargs or {})}
@@ -264,8 +187,7 @@ def make_vec(
             kwargs["num_envs"] = num_envs
         envs.spec = dataclasses.replace(spec, kwargs=kwargs)
     if seed is not None:
-        assert isinstance(envs, _FirstSeed)
-        envs._first_seed = seed
+        envs.seed_first_reset(seed)
         envs.action_space.seed(seed)
         envs.single_action_space.seed(seed)
     return envs

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
-from subvec import SubprocVectorEnv
+from subvec import LateBindingWarning, SubprocVectorEnv, make_vec
 from subvec._process.plan import plan_layout, split
 from tests.chunks import Oracle, check_chunk
 from tests.envs import ZooEnv, make_zoo
@@ -80,6 +82,53 @@ def test_spaces_and_defaults_match_async_vector_env() -> None:
 def test_bad_constructor_arguments_say_what_to_change(kwargs: dict, message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         SubprocVectorEnv([make_zoo("box_f32")] * 3, **kwargs)
+
+
+def test_a_mistyped_option_gets_the_closest_name_before_anything_starts() -> None:
+    with pytest.raises(TypeError, match="'num_worker': did you mean 'num_workers'") as err:
+        SubprocVectorEnv([make_zoo("box_f32")] * 3, num_worker=2)
+    assert "SubprocVectorEnv()" in str(err.value)
+
+    class Tuned(SubprocVectorEnv):  # a user's subclass taking **kwargs is not second-guessed
+        def __init__(self, env_fns: list, **kwargs: object) -> None:
+            self.extra = kwargs.pop("extra")
+            super().__init__(env_fns, **kwargs)  # type: ignore[arg-type]
+
+    with Tuned([make_zoo("box_f32")], extra=1, num_workers=1) as envs:
+        assert envs.extra == 1 and envs.num_workers == 1
+
+
+@pytest.mark.timeout(60)
+def test_errors_name_the_public_class_of_make_vec_s_envs() -> None:
+    envs = make_vec("CartPole-v1", 2, seed=0)
+    envs.close()
+    assert type(envs) is SubprocVectorEnv and repr(envs).startswith("SubprocVectorEnv(")
+    with pytest.raises(ClosedEnvironmentError, match="`SubprocVectorEnv`, after a call"):
+        envs.step(envs.action_space.sample())
+
+
+def _build(lengths: list[int]) -> list:
+    # the trap: every lambda reads the last value
+    return [lambda: ZooEnv(max_steps=steps) for steps in lengths]  # noqa: B023
+
+
+@pytest.mark.timeout(60)
+def test_factories_reading_a_loop_variable_late_are_warned_of() -> None:
+    with pytest.warns(LateBindingWarning, match=r"loop variable 'steps'.*last value \(9\)"):
+        envs = SubprocVectorEnv(_build([5, 9]))
+    with envs:  # what the warning says: every env was built with the last value
+        assert envs.get_attr("max_steps") == (9, 9)
+
+
+@pytest.mark.timeout(60)
+def test_factories_sharing_a_variable_on_purpose_are_not_warned_of() -> None:
+    steps = 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shared = [lambda: ZooEnv(max_steps=steps) for _ in range(2)]
+        bound = [lambda steps=steps: ZooEnv(max_steps=steps) for steps in (5, 9)]
+        for fns in (shared, bound):
+            SubprocVectorEnv(fns, num_workers=1).close()
 
 
 def test_no_env_factory_is_refused_before_anything_starts() -> None:

@@ -235,6 +235,39 @@ def test_format_table_shows_failures() -> None:
     assert "failed: exit 1: boom" in table
 
 
+def test_the_best_layout_line_names_only_what_to_set() -> None:
+    row = {"workers": 2.0, "steps_per_s": 5000.0, "p50_ms": 0.1, "p99_ms": 0.2, "startup_s": 0.3}
+    default_spin = {**row, "options": {"envs_per_worker": 4, "spin_us": None}}
+    spin_off = {**row, "options": {"envs_per_worker": 2, "spin_us": 0}}
+    best = _bench.format_tune([default_spin, spin_off]).splitlines()[-1]
+    assert (
+        best
+        == "best: SubprocVectorEnv(..., envs_per_worker=4) (the default spin): 5,000 env-steps/s"
+    )
+    best = _bench.format_tune([spin_off]).splitlines()[-1]
+    assert best == "best: SubprocVectorEnv(..., envs_per_worker=2, spin_us=0): 5,000 env-steps/s"
+
+
+def test_a_busy_machine_or_unsteady_repeats_are_warned_of() -> None:
+    steady = {"impl": "subvec", "steps_per_s": 100.0, "spread": 0.05}
+    unsteady = {"impl": "async", "steps_per_s": 100.0, "spread": 0.4}
+    assert _bench.reliability_warnings([steady], load_before=0.2, cpus=2) == []
+    (busy,) = _bench.reliability_warnings([steady], load_before=3.0, cpus=2)
+    assert "3.00 on 2 usable CPU(s)" in busy and "under 1" in busy
+    (spread,) = _bench.reliability_warnings([steady, unsteady], load_before=0.2, cpus=2)
+    assert "40%" in spread and "gymnasium AsyncVectorEnv" in spread and "--repeats" in spread
+    layout = {"options": {"envs_per_worker": 4, "spin_us": None}, "spread": 0.3}
+    (spread,) = _bench.reliability_warnings([layout], 0.0, 2, label="options")
+    assert "envs_per_worker=4, spin_us=default" in spread
+
+
+def test_runs_spread_is_the_range_over_the_median() -> None:
+    runs = [{"steps_per_s": r, "p50_ms": 1.0} for r in (90.0, 100.0, 120.0)]
+    summary = _bench._summary(runs)
+    assert summary["steps_per_s"] == 100.0 and summary["spread"] == pytest.approx(0.3)
+    assert _bench._summary(runs[:1])["spread"] == 0.0
+
+
 def test_import_subvec_leaves_the_bench_out() -> None:
     code = (
         "import sys, subvec; "

@@ -60,6 +60,8 @@ from subvec._front.state import _ASYNC_NAME, _State, pending_call, weak_method
 from subvec._front.step_results import StepResults
 from subvec._front.stepping import AsyncEngine, FrontHooks
 from subvec._front.units import Units
+from subvec._kwargs import accepts_any_keyword, check_kwargs, options_of
+from subvec._late_binding import warn_of_late_binding
 from subvec._seeding import SeedArg
 from subvec._spaces import BY_VALUE, Stored
 from subvec.errors import BrokenVectorEnvError
@@ -70,12 +72,21 @@ __all__ = ["EnvIds", "ResetOptions", "VectorFront"]
 _Front = TypeVar("_Front", bound="VectorFront")
 
 
+def public_name(cls: type) -> str:
+    """The name an error shows for ``cls``: its first public class, so that a user's own
+    subclass keeps its name and subvec's private helpers never show."""
+    return next((c.__name__ for c in cls.__mro__ if not c.__name__.startswith("_")), cls.__name__)
+
+
 class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``; ``AsyncCalls``)
     delegate to an :class:`~subvec._front.stepping.AsyncEngine`."""
 
     _state = _State.IDLE
+    #: ``make_vec``'s seed for the first reset that names none (:meth:`seed_first_reset`);
+    #: forgotten once a reset was sent
+    _first_reset_seed: int | None = None
     #: the exchange's, bound in :meth:`_start` (``vector.py``'s steady step calls them)
     _parts: Callable[[_State, Collected, float | None, bool], list[Part]]
     _block_parts: Callable[[Iterable[Unit]], list[Part]]
@@ -88,6 +99,13 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     ]
     _merge_infos: Callable[[Sequence[Part]], Any]
     _any_ended: Callable[[], bool]
+
+    def __new__(cls: type[_Front], *args: Any, **kwargs: Any) -> _Front:
+        # Python's own message for a mistyped option names no alternative; this one names
+        # the closest option, as make_vec and the SB3 face do, before anything starts.
+        if not accepts_any_keyword(cls):
+            check_kwargs(kwargs, options_of(cls), f"{public_name(cls)}()")
+        return super().__new__(cls)
 
     def _configure(
         self,
@@ -113,6 +131,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self.env_fns = list(env_fns)
         if not self.env_fns:
             raise ValueError("env_fns is empty: a vector env needs at least one env factory")
+        warn_of_late_binding(self.env_fns)
         num_envs = len(self.env_fns)
         self._policy = FailurePolicy(on_worker_failure, max_restarts)
         #: bound on building envs: at construction, and for a replacement (else the call's)
@@ -151,7 +170,9 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     ) -> None:
         """The single and batched spaces (as ``observation_mode`` says), checked env by env
         against env 0's; ``obs_spaces`` and ``act_spaces`` hold every env's, in env order."""
-        spaces = batched_spaces(obs_spaces, act_spaces, self.observation_mode, type(self).__name__)
+        spaces = batched_spaces(
+            obs_spaces, act_spaces, self.observation_mode, public_name(type(self))
+        )
         self.single_observation_space = spaces.single_observation_space
         self.observation_space = spaces.observation_space
         self.single_action_space = spaces.single_action_space
@@ -335,7 +356,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     def _assert_is_running(self) -> None:
         if self.closed:
             raise ClosedEnvironmentError(
-                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
+                f"Trying to operate on `{public_name(type(self))}`, after a call to `close()`."
             )
         if self._state is _State.BROKEN:
             raise BrokenVectorEnvError(
@@ -432,6 +453,8 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         broken = self._state is _State.BROKEN and not self.closed
         if not broken:
             self._begin(_State.WAITING_RESET)
+        if seed is None:
+            seed = self._first_reset_seed
         request = self._reset_options.request(seed, options)
         if broken:
             request.include(self._recovery.rebuild(self._build_timeout(self.default_timeout)))
@@ -441,6 +464,19 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._reset_request = request
         self._exchange.send_reset(request, self._reset_options.payloads(request))
         self._state = _State.WAITING_RESET
+        self._first_reset_seed = None  # only once the reset was sent: a refused one keeps it
+
+    def seed_first_reset(self, seed: int) -> None:
+        """Seed the first reset that is given no seed, as ``make_vec(seed=)`` does.
+
+        Env i gets ``seed + i``, exactly as ``reset(seed=seed)``; an explicit seed at that
+        first reset wins. Either way the stored seed is then forgotten, so later resets keep
+        each env's own stream.
+
+        Args:
+            seed: the base seed.
+        """
+        self._first_reset_seed = seed
 
     def set_reset_options(
         self,
