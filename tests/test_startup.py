@@ -82,6 +82,16 @@ def test_script_without_main_guard_works(context: str) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_a_script_without_main_guard_works_through_the_sb3_face(context: str) -> None:
+    pytest.importorskip("stable_baselines3")
+    proc = _run("no_guard.py", context, "sb3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "ok (2, 4)"
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(120)
 def test_building_envs_while_multiprocessing_reimports_the_script_names_both_fixes() -> None:
     # The script's own spawn child re-runs it, and so builds a vector env while multiprocessing
     # is still bootstrapping that child: subvec cannot start workers from there.

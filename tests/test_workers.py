@@ -130,6 +130,15 @@ def test_tune_tries_layouts_and_names_the_best(capsys: pytest.CaptureFixture[str
     assert "None" not in best and best.endswith("env-steps/s")
 
 
+def test_the_command_line_says_its_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import subvec
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"subvec {subvec.__version__}"
+
+
 def test_make_vec_and_the_sb3_face_pass_worker_threads_on() -> None:
     with make_vec(functools.partial(MatmulEnv, 8), 1, worker_threads=2) as envs:
         assert envs.worker_threads == 2
