@@ -485,6 +485,11 @@ class RayActors:
         """The units whose actor died (or whose own vector env lost a worker)."""
         return [u for u in self.units_ if u.index in self._dead]
 
+    def owing(self) -> list[Any]:
+        """None known: an interrupted wait drops its object refs, and an actor runs the next
+        call after the interrupted one, so that call waits for it (docs/ray.md)."""
+        return []
+
     def close(self, timeout: float, terminate: bool) -> BaseException | None:
         """Ask every live actor to close its envs (within ``timeout``), then release them all
         (``release``). Returns the first error an env's close() raised."""

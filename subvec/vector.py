@@ -408,7 +408,7 @@ class SubprocVectorEnv(VectorFront):
                     Command.STEP, timeout, _WAITING[state], stop_at_death=not restart
                 )
             except KeyboardInterrupt:
-                self._state = _State.IDLE  # as in _collect
+                self._interrupted(state)  # as in the exchange's collect
                 raise
             if collected is not None:
                 return self._step_results(self._parts(state, collected, timeout, restart))
@@ -458,7 +458,7 @@ class SubprocVectorEnv(VectorFront):
                 Command.STEP_ENVS, payload, timeout, _WAITING[state], stop_at_death=not restart
             )
         except KeyboardInterrupt:
-            self._state = _State.IDLE  # as in _collect
+            self._interrupted(state)  # as in the exchange's collect
             raise
         if collected is None:
             self._state = _State.IDLE

@@ -1021,3 +1021,49 @@ def test_parent_env_errors_look_like_worker_env_errors() -> None:
     with pytest.raises(OSError) as info2:
         SubprocVectorEnv([make_zoo("box_f32"), broken], parent_envs=1)
     assert isinstance(info2.value, EnvError) and info2.value.env_index == 1
+
+
+def _interrupted(step_seconds: float, then: str) -> dict[str, Any]:
+    """tests/scripts/interrupted.py in its own session, so that its Ctrl-C (SIGINT to its
+    process group, as a terminal sends it) reaches only it and its workers."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    script = Path(__file__).resolve().parent / "scripts" / "interrupted.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(step_seconds), then],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=env,
+        start_new_session=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report
+
+
+@pytest.mark.timeout(120)
+def test_after_ctrl_c_in_a_30_s_step_the_next_call_says_what_it_waits_for_and_close_is_prompt() -> (
+    None
+):
+    report = _interrupted(30.0, "stop")  # Ctrl-C again 2 s into the next call's wait
+    assert report["step"] == "interrupted" and report["step_s"] < 5
+    assert report["next"] == "interrupted" and report["next_s"] < 10
+    ((at, message),) = report["notices"]  # close() waits a second at most, silently
+    assert at < 5  # a second, on a quiet machine
+    assert "`call` waits for worker 0 (pid" in message and "worker 1 (pid" in message
+    assert "step interrupted" in message and "Ctrl-C again to stop waiting" in message
+    assert report["close_s"] < 10  # not the 28 s the step still had to run
+    assert report["left"] == []
+
+
+@pytest.mark.timeout(120)
+def test_after_ctrl_c_the_next_call_waits_for_the_interrupted_step_then_runs() -> None:
+    report = _interrupted(3.0, "wait")
+    assert report["step"] == "interrupted" and report["next"] == "returned"
+    ((at, message),) = report["notices"]
+    assert at < report["next_s"] and "to finish the step interrupted" in message
+    assert report["marker"] == ["after", "after"]
+    # The interrupted step ran in the envs (their state moved on); only its results were
+    # dropped: the next step is their second.
+    assert report["t_before_step"] == [1, 1] and report["t_after_step"] == [2, 2]
+    assert report["close_s"] < 5 and report["left"] == []

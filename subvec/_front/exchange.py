@@ -74,6 +74,8 @@ class ExchangeFront(Protocol):
 
     def _break(self, units: Iterable[int], reason: str) -> None: ...
 
+    def _interrupted(self, state: _State) -> None: ...
+
 
 class LockstepExchange:
     """Sends the front's lock-step commands and collects their answers; see the module
@@ -169,8 +171,9 @@ class LockstepExchange:
                             b.collect(timeout, what, units=units, stop_at_death=not restart)
                         )
         except KeyboardInterrupt:
-            # Back to idle: the interrupted call's late replies carry an old seq and are dropped.
-            self.front._state = _State.IDLE
+            # The interrupted call's late replies carry an old seq and are dropped; the next
+            # call waits for the units still running it, and says so.
+            self.front._interrupted(state)
             recovery = self.recovery
             recovery.pending = {**answered, **recovery.pending}  # still to be reported
             raise

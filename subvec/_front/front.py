@@ -27,6 +27,7 @@ the same over any set of backends.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -71,6 +72,12 @@ __all__ = ["EnvIds", "ResetOptions", "VectorFront"]
 
 _Front = TypeVar("_Front", bound="VectorFront")
 
+#: after Ctrl-C interrupted a call, how long the next call waits for the units still running
+#: it before it says so
+INTERRUPTED_NOTICE_S = 1.0
+#: how long close() waits for them before it ends their workers
+INTERRUPTED_CLOSE_WAIT_S = 1.0
+
 
 def public_name(cls: type) -> str:
     """The name an error shows for ``cls``: its first public class, so that a user's own
@@ -87,6 +94,10 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
     #: ``make_vec``'s seed for the first reset that names none (:meth:`seed_first_reset`);
     #: forgotten once a reset was sent
     _first_reset_seed: int | None = None
+    #: the interrupted call (its state's name) and when it was interrupted (monotonic), while
+    #: the state is INTERRUPTED
+    _interrupted_call = ""
+    _interrupted_at = 0.0
     #: the exchange's, bound in :meth:`_start` (``vector.py``'s steady step calls them)
     _parts: Callable[[_State, Collected, float | None, bool], list[Part]]
     _block_parts: Callable[[Iterable[Unit]], list[Part]]
@@ -366,6 +377,8 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
 
     def _begin(self, state: _State) -> None:
         self._assert_is_running()
+        if self._state is _State.INTERRUPTED:
+            self._settle_interrupted(_ASYNC_NAME[state].removesuffix("_async"))
         if self._state is _State.ASYNC:
             raise AlreadyPendingCallError(
                 f"Calling `{_ASYNC_NAME[state]}` while envs are stepping asynchronously (in "
@@ -378,6 +391,8 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
 
     def _begin_async(self, method: str) -> None:
         self._assert_is_running()
+        if self._state is _State.INTERRUPTED:
+            self._settle_interrupted(method)
         if self._recycler is not None:
             raise ValueError(
                 f"{method}: asynchronous stepping is not available with recycle_every or "
@@ -394,6 +409,58 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
                 f"Calling `{method}` without any prior call to `{_ASYNC_NAME[state]}`.",
                 state.value,
             )
+
+    def _interrupted(self, state: _State) -> None:
+        """Ctrl-C interrupted the wait of the lock-step call of ``state``: units may still be
+        running it (the one writer of this state, with the time it was entered)."""
+        self._state = _State.INTERRUPTED
+        self._interrupted_call = state.value
+        self._interrupted_at = time.monotonic()
+
+    def _settle_interrupted(self, before: str | None) -> bool:
+        """Wait for the units still running an interrupted call, their results discarded:
+        silently for up to :data:`INTERRUPTED_NOTICE_S`, then with a warning that names them,
+        what waits and how to stop waiting, for up to the constructor's ``timeout``.
+
+        Args:
+            before: the call that waits (named in the warning); None for ``close()``, which
+                waits silently for :data:`INTERRUPTED_CLOSE_WAIT_S` at most.
+
+        Returns:
+            True once no unit runs the interrupted call any more (the vector env is idle
+            again); False when some still did when ``close()`` stopped waiting.
+
+        Raises:
+            KeyboardInterrupt: Ctrl-C again while waiting (still interrupted: the next call
+                waits again, ``close()`` ends those workers).
+            WorkerTimeoutError: they were still running it after ``timeout`` (still
+                interrupted).
+        """
+        what = f"finishing the interrupted {self._interrupted_call}"
+        first_wait = INTERRUPTED_CLOSE_WAIT_S if before is None else INTERRUPTED_NOTICE_S
+        for backend in self._backends:
+            owing = backend.owing()
+            if not owing:
+                continue
+            got = backend.collect(first_wait, what, units=owing)
+            still = [f.unit for f in got.failures if f.kind == "hung"] if got else []
+            if not still:
+                continue
+            if before is None:
+                return False
+            ago = time.monotonic() - self._interrupted_at
+            logger.warn(
+                f"`{before}` waits for {', '.join(u.describe() for u in still)} to finish the "
+                f"{self._interrupted_call} interrupted {ago:.1f} s ago (its results are "
+                "discarded). Press Ctrl-C again to stop waiting; close() then ends those "
+                "workers within seconds."
+            )
+            got = backend.collect(self.default_timeout, what, units=still)
+            hung = [f for f in got.failures if f.kind == "hung"] if got else []
+            if hung:
+                raise hung[0].to_error(self.default_timeout or 0.0)
+        self._state = _State.IDLE
+        return True
 
     def _break(self, units: Iterable[int], reason: str) -> None:
         """Broken: every call but ``close()`` and a rebuilding ``reset()`` raises."""
@@ -775,6 +842,10 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self._close_backends(timeout, terminate)
 
     def _close_backends(self, timeout: float | None, terminate: bool) -> None:
+        if self._state is _State.INTERRUPTED and not terminate:
+            # Workers still running an interrupted call could close their envs only once it
+            # ends: after a short wait they are ended instead.
+            terminate = not self._settle_interrupted(None)
         broken = self._state is _State.BROKEN
         error = self._exchange.close(timeout, broken, terminate, self._drop_views)
         self._drop_views()

@@ -24,6 +24,9 @@ class _State(enum.Enum):
     WAITING_CALL = "call"
     WAITING_CHUNK = "step_chunk"
     ASYNC = "async"  # envs in flight or held (see _async)
+    #: a lock-step call was interrupted (Ctrl-C) while units ran it: the next call waits for
+    #: them first (``VectorFront._settle_interrupted``)
+    INTERRUPTED = "interrupted"
     BROKEN = "broken"
 
 

@@ -188,6 +188,11 @@ class LocalShare:
         """None: these envs live and die with the parent."""
         return []
 
+    def owing(self) -> list[Any]:
+        """None: these envs run inside ``collect``, so an interrupted call left nothing
+        running."""
+        return []
+
     def close(self, timeout: float, terminate: bool) -> BaseException | None:
         """Close the envs; return the first error an env's close() raised, naming it."""
         self._pending = None

@@ -725,6 +725,17 @@ class WorkerPool:
         """The workers whose process has exited (reaped here), in worker order."""
         return [w for w in self.workers if not w.process.is_alive()]
 
+    def owing(self) -> list[Worker]:
+        """The live workers that still owe the reply to a command whose wait was abandoned
+        (interrupted by Ctrl-C, or past its timeout): busy with it until they answer."""
+        bell = self.resources.bell
+        return [
+            w
+            for w in self.workers
+            if (w.expected is not None or (bell is not None and bell.expected[w.index]))
+            and w.process.is_alive()
+        ]
+
     def close(self, timeout: float, terminate_now: bool) -> BaseException | None:
         """Ask every live worker to close its envs (bounded by ``timeout``), then release
         everything, whatever happened while asking. Returns the first error an env's close()
