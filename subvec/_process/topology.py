@@ -33,7 +33,6 @@ default ``numa="auto"`` places nothing; without CPU affinity (macOS, Windows: no
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import os
@@ -44,14 +43,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from subvec._process.gpus import Gpu, discover_gpus
+from subvec._process.gpus import Gpu
 
 __all__ = [
     "NumaSpec",
     "Placement",
     "PlacementReport",
     "Topology",
-    "add_cli_parser",
     "apply_placement",
     "cpu_quota",
     "describe_placement",
@@ -682,94 +680,3 @@ def usable_cpus() -> int:
     if limit is not None:
         count = min(count, max(1, int(limit)))
     return count
-
-
-# --------------------------------------------------------------------------------------------
-# CLI: ``python -m subvec topology``
-# --------------------------------------------------------------------------------------------
-
-
-def add_cli_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register the ``topology`` sub-command."""
-    parser = subparsers.add_parser(
-        "topology",
-        help="show NUMA nodes, allowed CPUs, GPUs and the worker placement plan",
-        description="Show the NUMA topology and the GPUs this process may use, and how subvec "
-        'would place workers on them (with gpus="auto" when there are GPUs).',
-    )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        metavar="N",
-        help="number of workers to plan for (default: one per usable CPU, as SubprocVectorEnv "
-        "starts for enough envs; with --allowed, one per allowed CPU)",
-    )
-    parser.add_argument("--pin", choices=PIN_MODES, default="node", help="pin mode (default: node)")
-    parser.add_argument(
-        "--sysfs-root", default="/sys", metavar="PATH", help="sysfs mount (default: /sys)"
-    )
-    parser.add_argument(
-        "--proc-root",
-        default="/proc",
-        metavar="PATH",
-        help="procfs mount, where the NVIDIA driver lists its GPUs (default: /proc)",
-    )
-    parser.add_argument(
-        "--no-gpus",
-        action="store_true",
-        help="plan without the GPUs (as gpus=None)",
-    )
-    parser.add_argument(
-        "--allowed",
-        type=parse_cpulist,
-        default=None,
-        metavar="CPULIST",
-        help="allowed CPUs, e.g. 0-15 (default: this process's affinity)",
-    )
-    parser.set_defaults(func=_cli_topology)
-
-
-def _cli_topology(args: argparse.Namespace) -> int:
-    topology = discover(args.sysfs_root, args.allowed)
-    if args.workers is not None:
-        workers: int = args.workers
-    elif args.allowed is None:  # what SubprocVectorEnv would start: a CPU quota counts too
-        workers = min(len(topology.cpus), usable_cpus()) or 1
-    else:
-        workers = len(topology.cpus)
-    if workers < 1:
-        print(f"error: --workers must be >= 1, got {workers}")
-        return 2
-    online = "unknown" if topology.online is None else format_cpulist(topology.online)
-    print(f"source:  {topology.source}")
-    print(f"online:  {online}")
-    print(f"allowed: {format_cpulist(topology.allowed)} ({len(topology.allowed)} CPUs)")
-    quota = cpu_quota()
-    limit = "none" if quota is None else f"{quota:g} CPUs (cgroup CPU bandwidth limit)"
-    print(f"quota:   {limit}")
-    print(f"usable:  {usable_cpus()} CPUs (the default number of workers is at most this)")
-    print(f"nodes:   {len(topology.nodes)}")
-    for node, cpus in topology.nodes.items():
-        n_cores = len({topology.core_of(cpu) for cpu in cpus})
-        print(f"  node {node}: {format_cpulist(cpus)} ({len(cpus)} CPUs, {n_cores} cores)")
-    if len(topology.nodes) < 2:
-        print('numa="auto": no placement on a single node; plan below is for numa=True')
-    found = discover_gpus(args.proc_root, args.sysfs_root)
-    print(f"gpus:    {len(found.gpus) or 'none'} ({found.source})")
-    for gpu in found.gpus:
-        on = "unknown" if gpu.node is None else str(gpu.node)
-        bus = gpu.bus_id or "bus id unknown"
-        print(f"  gpu {gpu.index}: {bus}, node {on}, CUDA_VISIBLE_DEVICES={gpu.visible_id}")
-    gpus = list(found.gpus) if found.gpus and not args.no_gpus else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        plan = plan_placement(topology, workers, args.pin, gpus=gpus)
-    assert plan is not None  # an explicit Topology always gives a plan
-    with_gpus = ", gpus=auto" if gpus else ""
-    print(f"plan for {workers} workers (pin={args.pin}{with_gpus}):")
-    for placement in plan:
-        print(f"  worker {placement.worker}: {describe_placement(placement)}")
-    for warning in caught:
-        print(f"note: {warning.message}")
-    return 0
