@@ -23,7 +23,7 @@ class _State(enum.Enum):
     WAITING_STEP = "step"
     WAITING_CALL = "call"
     WAITING_CHUNK = "step_chunk"
-    ASYNC = "async"  # envs in flight or held (see _async)
+    ASYNC = "async"  # envs in flight or held (see _front.stepping)
     #: a lock-step call was interrupted (Ctrl-C) while units ran it: the next call waits for
     #: them first (``VectorFront._settle_interrupted``)
     INTERRUPTED = "interrupted"
