@@ -5,6 +5,7 @@ against SyncVectorEnv by the conformance suite)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -150,6 +151,133 @@ def check_trajectories(envs: Any, actions: list[list[Any]], want: list, batch_si
     envs.step(envs.action_space.sample())
 
 
+HOWS = ["deadline", "poll", "groups"]
+
+
+def _recv_by(envs: Any, how: str, batch_size: int, turn: int) -> tuple:
+    """One batch the way ``how`` takes it: a deadline batch, a poll (a blocking recv when it
+    came back empty), or the next group of ``batch_size`` envs in env order."""
+    if how == "deadline":
+        return envs.recv(min_envs=1, max_envs=batch_size, deadline=0.005)
+    if how == "poll":
+        batch = envs.poll()
+        return batch if len(batch[1]) else envs.recv(min_envs=1)
+    groups = [
+        list(range(g, min(g + batch_size, envs.num_envs)))
+        for g in range(0, envs.num_envs, batch_size)
+    ]
+    busy = set(envs.in_flight_env_ids) | set(envs.ready_env_ids)
+    group = next(
+        group
+        for group in groups[turn % len(groups) :] + groups[: turn % len(groups)]
+        if set(group) <= busy
+    )
+    return envs.recv(env_ids=group)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+@pytest.mark.parametrize(
+    "layout", [{"envs_per_worker": 1}, {"envs_per_worker": 2}], ids=["epw1", "epw2"]
+)
+@pytest.mark.parametrize("space", ["box_f32", "cameras_text"])
+def test_deadline_poll_and_group_batches_keep_each_envs_trajectory(
+    how: str, mode: AutoresetMode, layout: dict[str, Any], space: str
+) -> None:
+    num_envs, steps, batch_size = 4, 10, 2
+    fns = [make_zoo(space) for _ in range(num_envs)]
+    rng = np.random.default_rng(5)
+    actions = [rng.integers(0, 3, size=steps).tolist() for _ in range(num_envs)]
+    want = _expected(fns, actions, mode, "gymnasium")
+    envs = SubprocVectorEnv(fns, autoreset_mode=mode, batch_size=batch_size, **layout)
+    try:
+        got: dict[int, list] = {}
+        sent = [0] * num_envs
+        envs.async_reset(seed=SEED)
+        turn = 0
+        while envs.in_flight_env_ids or envs.ready_env_ids:
+            batch = _recv_by(envs, how, batch_size, turn)
+            turn += 1
+            ids = _record(got, batch, envs.single_observation_space)
+            assert len(ids) <= batch_size
+            if how == "groups":
+                assert ids in ([0, 1], [2, 3])
+            todo = [e for e in ids if sent[e] < steps]
+            if todo:
+                envs.send(np.array([actions[e][sent[e]] for e in todo]), todo)
+                for e in todo:
+                    sent[e] += 1
+        _compare(got, want)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_poll_returns_an_empty_batch_of_the_right_shape_and_loses_nothing() -> None:
+    envs = SubprocVectorEnv([_slow(1.0)] * 2, envs_per_worker=1, batch_size=2)
+    try:
+        envs.async_reset(seed=0)
+        assert sorted(envs.recv(min_envs=2)[4]["env_id"].tolist()) == [0, 1]
+        envs.send(np.zeros(2, dtype=np.int64), [0, 1])
+        obs, rew, term, trunc, infos = envs.poll()  # both still stepping (1 s each)
+        assert obs.shape == (0, 3) and obs.dtype == envs.single_observation_space.dtype
+        assert rew.shape == term.shape == trunc.shape == (0,)
+        assert rew.dtype == np.float64 and term.dtype == trunc.dtype == np.bool_
+        assert infos["env_id"].shape == (0,) and envs.in_flight_env_ids == [0, 1]
+        obs, *_ = envs.recv(min_envs=0, max_envs=1)  # the same, through recv
+        assert len(obs) == 0
+        assert sorted(envs.recv(min_envs=2)[4]["env_id"].tolist()) == [0, 1]  # nothing lost
+        with pytest.raises(NoAsyncCallError):
+            envs.poll()
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_recv_of_env_ids_waits_for_exactly_those_and_refuses_what_cannot_come() -> None:
+    envs = SubprocVectorEnv([_slow(0.0), _slow(0.0), _slow(0.4), _slow(0.0)], envs_per_worker=1)
+    try:
+        envs.async_reset(seed=0)
+        assert envs.recv(env_ids=[3, 0])[4]["env_id"].tolist() == [3, 0]  # in the order asked
+        assert sorted(envs.in_flight_env_ids + envs.ready_env_ids) == [1, 2]
+        envs.send(np.zeros(2, dtype=np.int64), [3, 0])
+        assert envs.recv(env_ids=[1, 2])[4]["env_id"].tolist() == [1, 2]
+        with pytest.raises(ValueError, match=r"envs \[1\] are neither in flight nor holding"):
+            envs.recv(env_ids=[0, 1])
+        with pytest.raises(ValueError, match="min_envs, max_envs and deadline do not apply"):
+            envs.recv(env_ids=[0], min_envs=1)
+        envs.send(np.zeros(1, dtype=np.int64), [2])  # 0.4 s
+        with pytest.raises(RecvTimeoutError, match=r"envs \[2\] of \[0, 2\] not ready"):
+            envs.recv(env_ids=[0, 2], timeout=0.05)
+        assert envs.recv(env_ids=[2, 0, 3])[4]["env_id"].tolist() == [2, 0, 3]  # nothing lost
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_deadline_batch_fills_up_to_max_envs_or_stops_at_the_deadline() -> None:
+    envs = SubprocVectorEnv([_slow(0.0), _slow(2.0), _slow(0.2)], envs_per_worker=1)
+    try:
+        envs.async_reset(seed=0)
+        envs.recv(min_envs=3)
+        envs.send(np.zeros(3, dtype=np.int64), [0, 1, 2])
+        # Env 0 is ready at once; within a 30 s deadline the batch fills to max_envs=2 with
+        # env 2 (0.2 s), not waiting for env 1 (2 s).
+        assert sorted(envs.recv(min_envs=1, max_envs=2, deadline=30.0)[4]["env_id"].tolist()) == [
+            0,
+            2,
+        ]
+        envs.send(np.zeros(2, dtype=np.int64), [0, 2])
+        # Env 0 again at once, env 2 after 0.2 s, env 1 later still: a 0.05 s deadline stops
+        # with env 0 (and whatever else came meanwhile: not env 1).
+        ids = envs.recv(min_envs=1, max_envs=3, deadline=0.05)[4]["env_id"].tolist()
+        assert 0 in ids and 1 not in ids
+        envs.drain()
+    finally:
+        envs.close()
+
+
 def _slow(seconds: float) -> Any:
     def factory() -> ZooEnv:
         return ZooEnv(step_seconds=seconds, max_steps=10**6, terminate_prob=0.0)
@@ -245,8 +373,10 @@ def test_recv_bounds_and_nothing_in_flight() -> None:
         assert 1 <= len(ids) <= 2 and len(set(ids)) == len(ids)  # within the bounds, distinct
         assert obs.shape[0] == len(rew) == len(term) == len(ids)
         assert not term.any() and not trunc.any() and not rew.any()  # reset results
-        with pytest.raises(ValueError, match="min_envs must be an int in"):
-            envs.recv(min_envs=0)
+        with pytest.raises(ValueError, match=r"min_envs must be an int in \[0, 4\]"):
+            envs.recv(min_envs=-1)
+        with pytest.raises(ValueError, match=r"max_envs must be an int in \[1, 4\]"):
+            envs.recv(max_envs=0)
         rest = envs.drain()
         assert sorted(infos["env_id"].tolist() + rest[4]["env_id"].tolist()) == [0, 1, 2, 3]
         assert len(envs.drain()[1]) == 0  # nothing left: an empty batch
@@ -432,3 +562,64 @@ def test_a_held_result_survives_the_restart_of_its_worker() -> None:
     finally:
         envs.close()
         oracle.close()
+
+
+@pytest.mark.timeout(60)
+def test_async_stats_count_what_the_loop_did() -> None:
+    envs = SubprocVectorEnv([_slow(0.0)] * 4, envs_per_worker=1, batch_size=2)
+    try:
+        assert envs.async_stats().verdict == "no data"
+        envs.async_reset(seed=0)
+        sizes, asked = [], []
+        for turn in range(20):
+            max_envs = 2 if turn % 2 else 4
+            ids = envs.recv(min_envs=1, max_envs=max_envs)[4]["env_id"].tolist()
+            sizes.append(len(ids))
+            asked.append(max_envs)
+            live = envs.async_stats()  # readable while envs are in flight
+            assert live.recv_calls == turn + 1
+            envs.send(np.zeros(len(ids), dtype=np.int64), ids)
+        stats = envs.async_stats(reset=True)
+        assert stats.recv_calls == stats.batches == 20
+        assert stats.envs_returned == sum(sizes)
+        assert stats.mean_batch == pytest.approx(sum(sizes) / 20)
+        assert stats.fill_ratio == pytest.approx(sum(sizes) / sum(asked))
+        partial = sum(k < m for k, m in zip(sizes, asked))
+        assert stats.partial_share == pytest.approx(partial / 20)
+        assert stats.queue_p50_s is not None and stats.queue_p95_s >= stats.queue_p50_s >= 0
+        assert stats.policy_p50_s is not None and stats.policy_p95_s >= stats.policy_p50_s >= 0
+        assert 0 <= stats.consumer_waiting <= 1 and 0 <= stats.envs_waiting <= 1
+        assert str(stats).startswith(stats.verdict + ":")
+        fresh = envs.async_stats()
+        assert fresh.recv_calls == 0 and fresh.queue_p50_s is None
+        envs.drain()
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("step_s", "policy_s", "verdict"), [(0.05, 0.0, "env-bound"), (0.0, 0.05, "policy-bound")]
+)
+def test_async_stats_say_which_side_the_loop_waits_on(
+    step_s: float, policy_s: float, verdict: str
+) -> None:
+    # Envs of 50 ms against a policy of none, and the other way round: a 50:1 imbalance
+    # whichever way, which no machine load turns over.
+    envs = SubprocVectorEnv([_slow(step_s)] * 2, envs_per_worker=1, batch_size=2)
+    try:
+        envs.async_reset(seed=0)
+        envs.recv(min_envs=2)
+        envs.async_stats(reset=True)
+        for _ in range(8):
+            envs.send(np.zeros(2, dtype=np.int64), [0, 1])
+            ids = envs.recv(min_envs=2)[4]["env_id"].tolist()
+            assert sorted(ids) == [0, 1]
+            if policy_s:
+                time.sleep(policy_s)  # the policy's forward pass, releasing the CPU
+        stats = envs.async_stats()
+        assert stats.verdict == verdict, str(stats)
+        if verdict == "policy-bound":
+            assert stats.policy_p50_s >= policy_s
+    finally:
+        envs.close()

@@ -1,5 +1,5 @@
-"""The public asynchronous calls of the front: ``async_reset``, ``send``, ``recv``, ``drain``
-and what is in flight or held.
+"""The public asynchronous calls of the front: ``async_reset``, ``send``, ``recv``, ``poll``,
+``drain``, ``async_stats`` and what is in flight or held.
 
 A mixin of :class:`subvec._front.front.VectorFront` that holds no state: each call checks the
 front's state machine and hands over to the front's
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from subvec._front.async_stats import AsyncStats
 from subvec._front.options import ResetOptions
 from subvec._front.stepping import AsyncEngine
 from subvec._seeding import SeedArg
@@ -77,15 +78,28 @@ class AsyncCalls:
         self._async.send(actions, env_ids)
 
     def recv(
-        self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None
+        self,
+        min_envs: int | None = None,
+        max_envs: int | None = None,
+        timeout: float | None = None,
+        *,
+        deadline: float | None = None,
+        env_ids: Any = None,
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
-        """The first ready envs' results.
+        """The first ready envs' results (or those of ``env_ids``).
 
         Args:
             min_envs: wait until this many are ready (default ``batch_size``; at most the
-                envs in flight or held, since no others can become ready).
+                envs in flight or held, since no others can become ready). 0: wait for
+                none; the batch may be empty.
             max_envs: return at most this many (default ``max(batch_size, min_envs)``).
-            timeout: seconds to wait (None: the constructor's ``timeout``).
+            timeout: seconds to wait for ``min_envs`` (None: the constructor's ``timeout``).
+            deadline: once ``min_envs`` are ready, keep collecting until ``max_envs`` are, or
+                until ``deadline`` seconds after the call began, whichever comes first (None:
+                return at once with what is ready then).
+            env_ids: wait until every one of these envs (in flight or held) is ready and
+                return exactly them, in this order (one group of a staged loop); not with
+                ``min_envs``, ``max_envs`` or ``deadline``.
 
         Returns:
             ``(observations, rewards, terminations, truncations, infos)`` with one row per
@@ -94,7 +108,10 @@ class AsyncCalls:
 
         Raises:
             NoAsyncCallError: nothing is in flight or held.
-            RecvTimeoutError: fewer than ``min_envs`` got ready in time (nothing is lost).
+            RecvTimeoutError: fewer than ``min_envs`` (or not all of ``env_ids``) got ready
+                in time (nothing is lost).
+            ValueError: ``env_ids`` names an env that is neither in flight nor held, or comes
+                with ``min_envs``, ``max_envs`` or ``deadline``; bad ``min_envs``/``max_envs``.
             EnvError: the step of an env this call would return raised (the other results
                 stay held).
             WorkerDiedError: a worker died (with on_worker_failure="raise").
@@ -102,7 +119,45 @@ class AsyncCalls:
         self._assert_is_running()
         if timeout is None:
             timeout = self.default_timeout
-        return self._async.recv(min_envs, max_envs, timeout)
+        return self._async.recv(min_envs, max_envs, timeout, deadline, env_ids)
+
+    def poll(
+        self, max_envs: int | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """What is ready now, without waiting: ``recv(min_envs=0, max_envs=max_envs)``.
+
+        Args:
+            max_envs: return at most this many (default ``batch_size``).
+
+        Returns:
+            As :meth:`recv`; the batch may hold zero envs (arrays of length 0, correctly
+            shaped and typed).
+
+        Raises:
+            NoAsyncCallError: nothing is in flight or held.
+            EnvError: the step of an env this call would return raised.
+            WorkerDiedError: a worker died (with on_worker_failure="raise").
+        """
+        self._assert_is_running()
+        return self._async.recv(0, max_envs, 0.0)
+
+    def async_stats(self, reset: bool = False) -> AsyncStats:
+        """Who waits on whom in the asynchronous loop, readable at any time (also while envs
+        are in flight): batches returned, their fill, queueing and policy times, the shares
+        of time the consumer waited on the envs and the envs on the consumer, and a verdict.
+
+        Args:
+            reset: start a new window after reading this one.
+
+        Returns:
+            The window since the vector env was built or last reset (:class:`AsyncStats`;
+            ``str()`` of it is one line).
+        """
+        recorder = self._async.recorder
+        stats = recorder.snapshot()
+        if reset:
+            recorder.reset()
+        return stats
 
     def drain(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """Wait for everything in flight and return every held result as one recv-shaped

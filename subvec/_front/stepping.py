@@ -40,6 +40,7 @@ from subvec._commands import (
     StepEnvsPayload,
     UnitReply,
 )
+from subvec._front.async_stats import AsyncRecorder
 from subvec._front.calls import checked_env_ids
 from subvec._front.merge import InfoMerger, make_merger
 from subvec._front.options import EnvResetOptions, ResetOptions
@@ -206,6 +207,8 @@ class AsyncEngine:
         self._sends = 0
         self._action_spaces: dict[int, Space[Any]] = {}
         self._mergers: dict[int, InfoMerger] = {}
+        #: who waits on whom (``VectorFront.async_stats``)
+        self.recorder = AsyncRecorder(self.num_envs)
 
     def drop_views(self) -> None:
         """Drop the references to the batch arrays (so that a shared block can unmap)."""
@@ -261,7 +264,9 @@ class AsyncEngine:
         request = self._reset_options.request(seed, options)
         mask = request.mask
         self._hooks.enter()
-        self._stamp(np.arange(self.num_envs) if mask is None else np.flatnonzero(mask))
+        started = np.arange(self.num_envs) if mask is None else np.flatnonzero(mask)
+        self._stamp(started)
+        self.recorder.sent(started.tolist())
         for unit in self._units.all:
             envs = request.envs(unit)
             if not envs:
@@ -292,6 +297,7 @@ class AsyncEngine:
             per_env = per_env_actions(space, actions, k, "one per env in env_ids")
         self._hooks.enter()
         self._stamp(ids)
+        self.recorder.sent(ids.tolist())
         for env, action in zip(ids.tolist(), per_env):
             rebuilt = self._after_restart.pop(env, None)
             if rebuilt is not None:  # its env was rebuilt while idle: report that instead
@@ -338,35 +344,43 @@ class AsyncEngine:
         return queued + sum(len(f.envs) for f in self._flight.values())
 
     def recv(
-        self, min_envs: int | None, max_envs: int | None, timeout: float | None
+        self,
+        min_envs: int | None,
+        max_envs: int | None,
+        timeout: float | None,
+        deadline: float | None = None,
+        env_ids: Any = None,
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """``VectorFront.recv`` (``timeout``: the call's, the front's default applied)."""
+        began = time.perf_counter()
         if not self._outstanding():
             raise NoAsyncCallError(
                 "Calling `recv` without any env in flight: call `async_reset` or `send` first.",
                 "recv",
             )
+        if env_ids is not None:
+            if min_envs is not None or max_envs is not None or deadline is not None:
+                raise ValueError(
+                    "recv: env_ids names the envs to return; min_envs, max_envs and deadline "
+                    "do not apply to it"
+                )
+            ids = self._awaited_ids(env_ids)
+            self._wait_for(lambda: all(e in self._ready for e in ids), len(ids), timeout, ids)
+            return self._returned(ids, len(ids), began)
         lo, hi = self._bounds(min_envs, max_envs)
         need = min(lo, len(self._ready) + self._in_flight_count())
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while len(self._ready) < need:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            expired = remaining is not None and remaining <= 0
-            # Past the deadline, still take what is already there.
-            self._collect_ready(
-                0.0 if expired else remaining, wait=not expired, want=need - len(self._ready)
-            )
-            if expired and len(self._ready) < need:
-                raise RecvTimeoutError(
-                    f"recv: {len(self._ready)} of {need} envs ready after {timeout:g} s; "
-                    f"envs {self.in_flight_env_ids} are still in flight (nothing is lost: "
-                    "a later recv() returns them)",
-                    env_indices=self.in_flight_env_ids,
-                    timeout=timeout or 0.0,
-                )
+        self._wait_for(lambda: len(self._ready) >= need, need, timeout, None)
+        if deadline is not None:
+            # Enough: keep filling the batch until max_envs or the deadline, whichever first.
+            until = began + deadline
+            while len(self._ready) < hi and self._in_flight_count():
+                remaining = until - time.perf_counter()
+                if remaining <= 0:
+                    break
+                self._collect_ready(remaining, wait=True, want=hi - len(self._ready))
         chosen = self._oldest_first()[:hi]
         flight = self._flight
-        if flight:
+        if flight and chosen:
             sent_at = self._sent_at
             # An env in flight was sent its work before one about to be handed out: take
             # every answer already there, so that the oldest requests among all that is
@@ -379,7 +393,62 @@ class AsyncEngine:
             if passed_over or len(chosen) < hi:
                 self._collect_ready(0.0, wait=False)
                 chosen = self._oldest_first()[:hi]
-        return self._take(chosen)
+        elif flight:  # nothing ready yet (min_envs=0): take what has come in since
+            self._collect_ready(0.0, wait=False)
+            chosen = self._oldest_first()[:hi]
+        return self._returned(chosen, hi, began)
+
+    def _returned(
+        self, ids: Sequence[int], max_envs: int, began: float
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        result = self._take(ids)
+        self.recorder.returned(list(ids), max_envs, began)
+        return result
+
+    def _awaited_ids(self, env_ids: Any) -> list[int]:
+        """``recv(env_ids=)``'s envs, each in flight or held."""
+        checked = checked_env_ids(env_ids, self.num_envs, "recv")
+        assert checked is not None
+        if not checked:
+            raise ValueError("recv: env_ids is empty")
+        idle = [e for e in checked if not self._busy(e)]
+        if idle:
+            raise ValueError(
+                f"recv: envs {idle} are neither in flight nor holding a result: send() them "
+                "work first"
+            )
+        return list(checked)
+
+    def _wait_for(
+        self,
+        done: Callable[[], bool],
+        need: int,
+        timeout: float | None,
+        ids: list[int] | None,
+    ) -> None:
+        """Collect answers until ``done()``, raising :class:`RecvTimeoutError` (losing
+        nothing) when ``timeout`` passes first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            expired = remaining is not None and remaining <= 0
+            # Past the deadline, still take what is already there.
+            want = (
+                need - len(self._ready) if ids is None else sum(e not in self._ready for e in ids)
+            )
+            self._collect_ready(0.0 if expired else remaining, wait=not expired, want=want)
+            if expired and not done():
+                waited = (
+                    f"{len(self._ready)} of {need} envs ready"
+                    if ids is None
+                    else f"envs {[e for e in ids if e not in self._ready]} of {ids} not ready"
+                )
+                raise RecvTimeoutError(
+                    f"recv: {waited} after {timeout:g} s; envs {self.in_flight_env_ids} are "
+                    "still in flight (nothing is lost: a later recv() returns them)",
+                    env_indices=self.in_flight_env_ids,
+                    timeout=timeout or 0.0,
+                )
 
     def drain(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """``VectorFront.drain``; ``timeout`` bounds each wait for a unit."""
@@ -390,11 +459,13 @@ class AsyncEngine:
 
     def _bounds(self, min_envs: int | None, max_envs: int | None) -> tuple[int, int]:
         n = self.num_envs
-        for name, value in (("min_envs", min_envs), ("max_envs", max_envs)):
+        for name, value, least in (("min_envs", min_envs, 0), ("max_envs", max_envs, 1)):
             if value is not None and (
-                not isinstance(value, (int, np.integer)) or not 1 <= value <= n
+                isinstance(value, bool)
+                or not isinstance(value, (int, np.integer))
+                or not least <= value <= n
             ):
-                raise ValueError(f"{name} must be an int in [1, {n}] or None, got {value!r}")
+                raise ValueError(f"{name} must be an int in [{least}, {n}] or None, got {value!r}")
         hi = max_envs if max_envs is not None else max(self.batch_size, min_envs or 0)
         lo = min_envs if min_envs is not None else min(self.batch_size, hi)
         if lo > hi:
@@ -496,6 +567,7 @@ class AsyncEngine:
 
     def _hold(self, unit: Unit, kind: str, envs: list[int], outcome: Outcome) -> None:
         """Copy each env's result out of the batch arrays and hold it for ``recv``."""
+        self.recorder.ready(envs)
         status, value = outcome
         if status is Status.OK and self._obs_shared:  # the usual answer: all in the rows
             self._hold_in_block(kind == "reset", envs)
