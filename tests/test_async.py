@@ -623,3 +623,63 @@ def test_async_stats_say_which_side_the_loop_waits_on(
             assert stats.policy_p50_s >= policy_s
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_env_groups_are_whole_workers_and_a_staged_loop_waits_on_one_group() -> None:
+    envs = SubprocVectorEnv([_slow(0.0), _slow(0.0), _slow(0.3), _slow(0.3)], envs_per_worker=1)
+    try:
+        assert envs.env_groups(2) == [[0, 1], [2, 3]]
+        assert envs.env_groups(1) == [[0, 1, 2, 3]]
+        with pytest.raises(ValueError, match="cannot be split into 3 groups of whole units"):
+            envs.env_groups(3)
+        fast, slow = envs.env_groups(2)
+        envs.async_reset(seed=0)
+        envs.recv(env_ids=fast + slow)
+        envs.send(np.zeros(4, dtype=np.int64), fast + slow)
+        # The fast group comes back while the slow one is still stepping (0.3 s)
+        assert envs.recv(env_ids=fast)[4]["env_id"].tolist() == fast
+        assert envs.in_flight_env_ids == slow
+        with pytest.raises(AlreadyPendingCallError, match="drain"):
+            envs.step(np.zeros(4, dtype=np.int64))  # a lock-step call while a group flies
+        envs.send(np.zeros(2, dtype=np.int64), fast)
+        assert envs.recv(env_ids=slow)[4]["env_id"].tolist() == slow
+        assert envs.recv(env_ids=fast)[4]["env_id"].tolist() == fast
+        envs.reset(seed=1)  # idle again: lock-step works
+    finally:
+        envs.close()
+    two_per_worker = SubprocVectorEnv([_slow(0.0)] * 4, envs_per_worker=2)
+    try:
+        assert two_per_worker.env_groups(2) == [[0, 1], [2, 3]]
+        with pytest.raises(ValueError, match="num_workers a multiple of 4"):
+            two_per_worker.env_groups(4)
+    finally:
+        two_per_worker.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("policy", ["raise", "restart"])
+def test_a_worker_death_in_one_group_leaves_the_other_group_stepping(policy: str) -> None:
+    fns = [_slow(0.0), _slow(0.0), lambda: CrashEnv("kill", at_step=1), _slow(0.0)]
+    envs = SubprocVectorEnv(fns, envs_per_worker=1, on_worker_failure=policy)
+    try:
+        first, second = envs.env_groups(2)
+        envs.async_reset(seed=0)
+        envs.recv(env_ids=first + second)
+        envs.send(np.zeros(4, dtype=np.int64), first + second)
+        if policy == "raise":
+            # As in lock-step, the first recv to see the death raises it: the vector env is
+            # broken, whichever group that recv waits for.
+            with pytest.raises(WorkerDiedError, match="env 2"):
+                envs.recv(env_ids=first)
+                envs.recv(env_ids=second)
+            return
+        assert envs.recv(env_ids=first)[4]["env_id"].tolist() == first  # untouched
+        _, rew, term, trunc, infos = envs.recv(env_ids=second)
+        assert not term.any()
+        assert trunc.tolist() == [True, False] and rew[0] == 0.0
+        assert infos["worker_restarted"][0] and not infos["_worker_restarted"][1]
+        envs.send(np.zeros(2, dtype=np.int64), second)  # the rebuilt env steps on
+        assert envs.recv(env_ids=second)[4]["env_id"].tolist() == second
+    finally:
+        envs.close()

@@ -141,6 +141,22 @@ class AsyncCalls:
         self._assert_is_running()
         return self._async.recv(0, max_envs, 0.0)
 
+    def env_groups(self, num_groups: int) -> list[list[int]]:
+        """Split the envs into ``num_groups`` stages of whole workers, in env order, for a
+        staged loop (``recv(env_ids=group)``, then ``send(actions, group)``, group by group).
+
+        Args:
+            num_groups: how many groups.
+
+        Returns:
+            ``num_groups`` lists of env ids; no worker holds envs of two of them.
+
+        Raises:
+            ValueError: the workers cannot be split into that many groups of whole workers
+                (the message says which layout can).
+        """
+        return self._async.env_groups(num_groups)
+
     def async_stats(self, reset: bool = False) -> AsyncStats:
         """Who waits on whom in the asynchronous loop, readable at any time (also while envs
         are in flight): batches returned, their fill, queueing and policy times, the shares

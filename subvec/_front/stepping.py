@@ -242,6 +242,25 @@ class AsyncEngine:
         """The held envs in the order they were sent their work: the order ``recv`` serves."""
         return sorted(self._ready, key=self._sent_at.__getitem__)
 
+    def env_groups(self, num_groups: int) -> list[list[int]]:
+        """``VectorFront.env_groups``."""
+        units = self._units.all
+        if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
+            raise ValueError(f"num_groups must be a positive int, got {num_groups!r}")
+        if len(units) % num_groups:
+            sizes = sorted({u.hi - u.lo for u in units})
+            raise ValueError(
+                f"{len(units)} units (workers, or the parent's own envs; of {sizes} envs) "
+                f"cannot be split into {num_groups} groups of whole units: a unit steps one "
+                "command at a time, so a group sharing one would wait for the other's step. "
+                f"Build with num_workers a multiple of {num_groups} (envs_per_worker dividing "
+                f"{self.num_envs // num_groups})"
+            )
+        per = len(units) // num_groups
+        return [
+            list(range(units[g * per].lo, units[(g + 1) * per - 1].hi)) for g in range(num_groups)
+        ]
+
     def _outstanding(self) -> bool:
         return bool(self._flight or any(self._queued.values()) or self._ready)
 
