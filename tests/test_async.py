@@ -192,25 +192,45 @@ def test_deadline_poll_and_group_batches_keep_each_envs_trajectory(
     want = _expected(fns, actions, mode, "gymnasium")
     envs = SubprocVectorEnv(fns, autoreset_mode=mode, batch_size=batch_size, **layout)
     try:
-        got: dict[int, list] = {}
-        sent = [0] * num_envs
-        envs.async_reset(seed=SEED)
-        turn = 0
-        while envs.in_flight_env_ids or envs.ready_env_ids:
-            batch = _recv_by(envs, how, batch_size, turn)
-            turn += 1
-            ids = _record(got, batch, envs.single_observation_space)
-            assert len(ids) <= batch_size
-            if how == "groups":
-                assert ids in ([0, 1], [2, 3])
-            todo = [e for e in ids if sent[e] < steps]
-            if todo:
-                envs.send(np.array([actions[e][sent[e]] for e in todo]), todo)
-                for e in todo:
-                    sent[e] += 1
-        _compare(got, want)
+        check_batches_by(envs, how, actions, want, batch_size)
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_deadline_poll_and_group_batches_in_process_keep_each_envs_trajectory(how: str) -> None:
+    fns = [make_zoo("box_f32") for _ in range(4)]
+    rng = np.random.default_rng(6)
+    actions = [rng.integers(0, 3, size=8).tolist() for _ in range(4)]
+    want = _expected(fns, actions, AutoresetMode.NEXT_STEP, "gymnasium")
+    envs = InProcessVectorEnv(fns, batch_size=2)
+    try:
+        check_batches_by(envs, how, actions, want, 2)
+    finally:
+        envs.close()
+
+
+def check_batches_by(
+    envs: Any, how: str, actions: list[list[Any]], want: list, batch_size: int
+) -> None:
+    """:func:`check_trajectories` with the batches taken ``how`` (:func:`_recv_by`)."""
+    got: dict[int, list] = {}
+    sent = [0] * len(actions)
+    envs.async_reset(seed=SEED)
+    turn = 0
+    while envs.in_flight_env_ids or envs.ready_env_ids:
+        batch = _recv_by(envs, how, batch_size, turn)
+        turn += 1
+        ids = _record(got, batch, envs.single_observation_space)
+        assert len(ids) <= batch_size
+        if how == "groups":
+            assert ids in [list(range(g, g + batch_size)) for g in range(0, len(sent), batch_size)]
+        todo = [e for e in ids if sent[e] < len(actions[e])]
+        if todo:
+            envs.send(np.array([actions[e][sent[e]] for e in todo]), todo)
+            for e in todo:
+                sent[e] += 1
+    _compare(got, want)
 
 
 @pytest.mark.timeout(60)

@@ -56,7 +56,7 @@ from tests.failure_checks import (  # noqa: E402
     check_lost_unit_raises_and_reset_rebuilds_it,
 )
 from tests.helpers import assert_same  # noqa: E402
-from tests.test_async import _expected, check_trajectories  # noqa: E402
+from tests.test_async import _expected, check_batches_by, check_trajectories  # noqa: E402
 from tests.test_chunks import BOX_ACT  # noqa: E402
 from tests.test_chunks import run_against_oracle as run_chunks_against_oracle  # noqa: E402
 from tests.test_conformance import _zoo_fns, axis_params, run_side_by_side  # noqa: E402
@@ -245,6 +245,17 @@ def test_async_send_recv_gives_each_env_its_sync_trajectory(
     want = _expected(fns, actions, mode, info_format)
     with RayEnvs(fns, autoreset_mode=mode, info_format=info_format, batch_size=batch_size) as envs:
         check_trajectories(envs, actions, want, batch_size)
+
+
+@pytest.mark.parametrize("how", ["poll", "groups"])
+def test_poll_and_group_batches_give_each_env_its_sync_trajectory(how: str) -> None:
+    fns = [make_zoo("box_f32") for _ in range(4)]
+    rng = np.random.default_rng(4)
+    actions = [rng.integers(0, 3, size=6).tolist() for _ in range(4)]
+    want = _expected(fns, actions, AutoresetMode.NEXT_STEP, "gymnasium")
+    with RayEnvs(fns, batch_size=2) as envs:
+        assert envs.env_groups(2) == [[0, 1], [2, 3]]
+        check_batches_by(envs, how, actions, want, 2)
 
 
 def test_async_env_error_surfaces_from_recv_and_the_others_are_kept() -> None:
