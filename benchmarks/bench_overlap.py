@@ -12,6 +12,15 @@ re-created here with its constants; the harvest loop is theirs too: ``recv`` wit
   transitions/s; ``limit`` measures what this machine supplies: 32 processes stepping their
   env in a loop with no IPC at all.
 
+``stages`` (subvec alone): a policy stand-in that releases the CPU for L ms per forward pass
+of the whole batch, in proportion to the rows it is given (a model that keeps its accelerator
+busy), over 4 envs, one per worker, whose step burns L/2 ms of CPU: on 2 CPUs the 4 workers'
+steps take L, as long as a forward pass. ``lockstep`` runs ``step(policy(obs))``: L + L per
+batch. ``stages1`` is the same through ``recv(env_ids=all)``/``send``; ``stages2`` splits the
+envs into ``env_groups(2)`` and infers on one group (L/2) while the other group's 2 workers
+simulate on the 2 CPUs (L/2): L per batch, the limit of 2x lock-step (verl's and RLinf's
+pipelined stages, with the stages' workers simulating at once).
+
 Implementations: ``subvec`` (one env per worker, as torchrl's pool runs), ``subvec_default``
 (subvec's default layout), ``subvec_min1`` (``recv(min_envs=1)`` with no deadline: what is
 ready at once), ``torchrl_shm`` and ``torchrl_queue`` (``AsyncEnvPool(backend="multiprocessing",
@@ -60,6 +69,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 DEADLINE_S = 1e-3
 IMPLS = ["subvec", "subvec_default", "subvec_min1", "torchrl_shm", "torchrl_queue", "limit"]
+STAGE_IMPLS = ["lockstep", "stages1", "stages2"]
 _RESULT = "RESULT "
 
 
@@ -115,7 +125,67 @@ def _torchrl_env(step_s: float, reset_s: float, max_steps: int) -> Any:
     return DelayedCountingEnv(max_steps=max_steps)
 
 
+def _busy_env(work_s: float) -> Any:
+    import gymnasium as gym
+    import numpy as np
+
+    class Busy(gym.Env[np.ndarray, int]):
+        """A step that burns ``work_s`` of CPU (a simulator on the CPU)."""
+
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+            super().reset(seed=seed)
+            return np.zeros(4, np.float32), {}
+
+        def step(self, action: int) -> Any:
+            end = time.perf_counter() + work_s
+            while time.perf_counter() < end:
+                pass
+            return np.zeros(4, np.float32), 1.0, False, False, {}
+
+    return Busy()
+
+
 # --- one configuration, in a fresh interpreter --------------------------------------------
+
+
+def _run_stages(cfg: dict[str, Any]) -> dict[str, float]:
+    import functools
+
+    import numpy as np
+
+    import subvec
+
+    latency = cfg["latency_ms"] / 1e3
+    fn = functools.partial(_busy_env, latency / 2)
+    num_envs = 4
+    impl, seconds = cfg["impl"], cfg["seconds"]
+
+    def policy(obs: Any) -> Any:
+        # a forward pass on an accelerator, its time in proportion to the rows: the CPU is free
+        time.sleep(latency * len(obs) / num_envs)
+        return np.zeros(len(obs), dtype=np.int64)
+
+    with subvec.SubprocVectorEnv([fn] * num_envs, envs_per_worker=1) as envs:
+        groups = envs.env_groups(2 if impl == "stages2" else 1)
+        obs, _ = envs.reset(seed=0)
+        steps, start = 0, time.perf_counter()
+        if impl == "lockstep":
+            while time.perf_counter() - start < seconds:
+                obs, *_ = envs.step(policy(obs))
+                steps += num_envs
+        else:
+            for group in groups:
+                envs.send(policy(obs[group]), group)
+            while time.perf_counter() - start < seconds:
+                for group in groups:
+                    obs_g, *_ = envs.recv(env_ids=group)
+                    envs.send(policy(obs_g), group)
+                    steps += len(group)
+            envs.drain()
+        return {"transitions_per_s": steps / (time.perf_counter() - start)}
 
 
 def _run_subvec(cfg: dict[str, Any], w: dict[str, Any]) -> dict[str, float]:
@@ -231,8 +301,11 @@ def _timed(harvest: Any, transitions: int, rounds: int, stats: Any) -> dict[str,
 
 
 def _child(cfg: dict[str, Any]) -> None:
-    w = WORKLOADS[cfg["workload"]]
     impl = cfg["impl"]
+    if impl in STAGE_IMPLS:
+        print(_RESULT + json.dumps(_run_stages(cfg)), flush=True)
+        return
+    w = WORKLOADS[cfg["workload"]]
     if impl.startswith("subvec"):
         result = _run_subvec(cfg, w)
     elif impl.startswith("torchrl"):
@@ -266,6 +339,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per run")
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument(
+        "--latencies", default="2,5,10", help="the stages' policy latencies, ms (empty: none)"
+    )
     parser.add_argument("--quick", action="store_true", help="one repeat of one round")
     parser.add_argument("--out", default=str(RESULTS / "overlap.jsonl"))
     args = parser.parse_args()
@@ -273,6 +349,8 @@ def main() -> int:
         args.repeats, args.rounds = 1, 1
     impls = [i for i in args.impls.split(",") if i]
     workloads = [w for w in args.workloads.split(",") if w]
+    latencies = [float(v) for v in args.latencies.split(",") if v]
+    stage_seconds = 0.5 if args.quick else 2.0
     facts = {
         "machine": platform.processor() or platform.machine(),
         "cpu": _cpu_model(),
@@ -298,7 +376,43 @@ def main() -> int:
                 else:
                     runs.setdefault((workload, impl), []).append(result)
                     print(f"{label}: {result['transitions_per_s']:,.0f}/s", file=sys.stderr)
+        for latency in latencies:
+            for impl in STAGE_IMPLS[rep % 3 :] + STAGE_IMPLS[: rep % 3]:
+                cfg = {"impl": impl, "latency_ms": latency, "seconds": stage_seconds}
+                result = _run(cfg)
+                key = (f"stages_{latency:g}ms", impl)
+                if isinstance(result, str):
+                    errors[key] = result
+                else:
+                    runs.setdefault(key, []).append(result)
+                print(f"{key[0]} {impl} r{rep}: {result}", file=sys.stderr)
     facts["load_avg_after"] = os.getloadavg()
+    stage_rows = []
+    for latency in latencies:
+        name = f"stages_{latency:g}ms"
+        base = runs.get((name, "lockstep"), [])
+        for impl in STAGE_IMPLS:
+            results = runs.get((name, impl), [])
+            if not results:
+                if (name, impl) in errors:
+                    stage_rows.append(
+                        {"workload": name, "impl": impl, "error": errors[(name, impl)]}
+                    )
+                continue
+            stage_rows.append(
+                {
+                    "workload": name,
+                    "impl": impl,
+                    "runs": results,
+                    "transitions_per_s": statistics.median(r["transitions_per_s"] for r in results),
+                    "x_lockstep": statistics.median(
+                        r["transitions_per_s"] / b["transitions_per_s"]
+                        for r, b in zip(results, base)
+                    )
+                    if base
+                    else None,
+                }
+            )
     rows = []
     for workload in workloads:
         limits = runs.get((workload, "limit"), [])
@@ -324,9 +438,17 @@ def main() -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w") as f:
         f.write(json.dumps({"facts": facts}) + "\n")
-        for row in rows:
+        for row in rows + stage_rows:
             f.write(json.dumps(row) + "\n")
     print(_table(rows, facts))
+    if stage_rows:
+        print("\n| policy latency | loop | transitions/s | x lock-step |\n|---|---|---:|---:|")
+        for row in stage_rows:
+            if "error" in row:
+                print(f"| {row['workload']} | {row['impl']} | failed: {row['error']} | |")
+                continue
+            x = "-" if row["x_lockstep"] is None else f"{row['x_lockstep']:.2f}x"
+            print(f"| {row['workload']} | {row['impl']} | {row['transitions_per_s']:,.0f} | {x} |")
     return 1 if errors else 0
 
 
