@@ -34,6 +34,7 @@ the repeats; transitions/s are medians, and "of limit" is the median of per-repe
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -348,6 +349,11 @@ def main() -> int:
     if args.quick:
         args.repeats, args.rounds = 1, 1
     impls = [i for i in args.impls.split(",") if i]
+    if importlib.util.find_spec("torchrl") is None and any(i.startswith("torchrl") for i in impls):
+        print(
+            "torchrl is not installed: its rows are skipped (pip install torchrl)", file=sys.stderr
+        )
+        impls = [i for i in impls if not i.startswith("torchrl")]
     workloads = [w for w in args.workloads.split(",") if w]
     latencies = [float(v) for v in args.latencies.split(",") if v]
     stage_seconds = 0.5 if args.quick else 2.0

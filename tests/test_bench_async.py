@@ -129,3 +129,38 @@ def test_summary_pairs_ratios_by_repeat_and_judges_the_targets() -> None:
     table = suite.markdown(facts, list(rows.values()))
     assert "3.5x lock-step, 70% of the limit | met |" in table
     assert "| skipped: no venv |" in table
+
+
+@pytest.mark.timeout(300)
+def test_the_batch_forming_benchmark_quick_mode_writes_every_row(tmp_path: Path) -> None:
+    out = tmp_path / "overlap.jsonl"
+    script = ROOT / "benchmarks" / "bench_overlap.py"
+    impls = "subvec,subvec_min1,limit"
+    cmd = [
+        sys.executable,
+        str(script),
+        "--quick",
+        "--impls",
+        impls,
+        "--latencies",
+        "2",
+        "--out",
+        str(out),
+    ]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    facts, rows = lines[0]["facts"], lines[1:]
+    assert facts["nproc"] >= 1 and "load_avg_before" in facts
+    got = {(r["workload"], r["impl"]) for r in rows}
+    for workload in ("dispatch", "fast_step_slow_reset"):
+        for impl in impls.split(","):
+            assert (workload, impl) in got
+    for impl in ("lockstep", "stages1", "stages2"):
+        assert ("stages_2ms", impl) in got
+    for row in rows:
+        assert "error" not in row, row
+        assert row["transitions_per_s"] > 0
+    subvec_row = next(r for r in rows if r["impl"] == "subvec")
+    assert 1 <= subvec_row["mean_batch"] <= 8
