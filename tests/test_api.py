@@ -88,6 +88,8 @@ def test_a_mistyped_option_gets_the_closest_name_before_anything_starts() -> Non
     with pytest.raises(TypeError, match="'num_worker': did you mean 'num_workers'") as err:
         SubprocVectorEnv([make_zoo("box_f32")] * 3, num_worker=2)
     assert "SubprocVectorEnv()" in str(err.value)
+    with SubprocVectorEnv(env_fns=[make_zoo("box_f32")], num_workers=1) as envs:  # by name
+        assert envs.num_envs == 1
 
     class Tuned(SubprocVectorEnv):  # a user's subclass taking **kwargs is not second-guessed
         def __init__(self, env_fns: list, **kwargs: object) -> None:

@@ -115,7 +115,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         # Python's own message for a mistyped option names no alternative; this one names
         # the closest option, as make_vec and the SB3 face do, before anything starts.
         if not accepts_any_keyword(cls):
-            check_kwargs(kwargs, options_of(cls), f"{public_name(cls)}()")
+            check_kwargs(kwargs, ("env_fns", *options_of(cls)), f"{public_name(cls)}()")
         return super().__new__(cls)
 
     def _configure(
