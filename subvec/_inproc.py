@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Env
-from gymnasium.vector.vector_env import AutoresetMode
 
+from subvec._compat import AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._front.setup import Hello, ObservationMode
 from subvec._process.block import bind_batch, plan_block

@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Env
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._commands import ErrorRecord
+from subvec._compat import AutoresetMode
 from subvec.errors import add_note
 
 __all__ = [

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Env
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._commands import Command, StepEnvsPayload
+from subvec._compat import AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._front.merge import Part
 from subvec._front.recovery import DEFAULT_MAX_RESTARTS

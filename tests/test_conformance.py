@@ -21,9 +21,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 from subvec import SubprocVectorEnv
+from subvec._compat import NAMES_AUTORESET_MODE, AutoresetMode
 from subvec._infos import InfoBlockReader, merge_columns
 from tests.envs import (
     LooseDtypeEnv,
@@ -35,6 +36,7 @@ from tests.envs import (
     space_zoo,
 )
 from tests.helpers import assert_same
+from tests.oracle import sync_vector_env
 from tests.vectorisers import NEEDS_RAY, PROCESS, SLOW_TO_START, VECTORISERS
 
 MODES = list(AutoresetMode)
@@ -126,10 +128,10 @@ def run_side_by_side(
     assert info_format in FORMATS[mode], (info_format, mode)
     logs: list[list[Any]] = [[] for _ in fns]
     if info_format == "gymnasium":
-        oracle = SyncVectorEnv(fns, autoreset_mode=mode)
+        oracle = sync_vector_env(fns, autoreset_mode=mode)
     else:
         logged = [functools.partial(_logged, fn, log) for fn, log in zip(fns, logs)]
-        oracle = SyncVectorEnv(logged, autoreset_mode=mode)
+        oracle = sync_vector_env(logged, autoreset_mode=mode)
         kwargs["info_format"] = info_format
     if info_format != "legacy":  # legacy implies SAME_STEP: the metadata must say so
         kwargs["autoreset_mode"] = mode
@@ -358,10 +360,13 @@ def test_legacy_info_format_is_gymnasium_029_layout() -> None:
     # by hand here, and by the oracle of run_side_by_side in the conformance axis.
     box = spaces.Box(-1.0, 1.0, (3,), np.float32)
     fns = [lambda: SilentEnv(box, terminate_prob=0.2) for _ in range(4)]
-    oracle = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    oracle = sync_vector_env(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     envs = SubprocVectorEnv(fns, info_format="legacy", num_workers=2)
     try:
-        assert envs.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
+        # gymnasium 1.0 names no autoreset mode in its vector envs' metadata
+        assert envs.metadata.get("autoreset_mode") is (
+            AutoresetMode.SAME_STEP if NAMES_AUTORESET_MODE else None
+        )
         envs.reset(seed=5)
         oracle.reset(seed=5)
         envs.action_space.seed(0)
@@ -517,7 +522,7 @@ def test_same_step_final_observations_in_the_list_format() -> None:
     same_step = AutoresetMode.SAME_STEP
     fns = _final_obs_fns("mixed")
     envs = SubprocVectorEnv(fns, autoreset_mode=same_step, info_format="list", num_workers=2)
-    oracle = SyncVectorEnv(fns, autoreset_mode=same_step)
+    oracle = sync_vector_env(fns, autoreset_mode=same_step)
     try:
         envs.reset(seed=5)
         oracle.reset(seed=5)

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode
 
 from subvec import EnvError, SubprocVectorEnv, WorkerDiedError
+from subvec._compat import AutoresetMode
 from tests.envs import CrashEnv, OptionsEnv, ZooEnv
 
 LAYOUT: dict[str, Any] = {"envs_per_worker": 2, "parent_envs": 1}

@@ -34,11 +34,12 @@ from typing import Any, TypeVar
 import numpy as np
 from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
+from gymnasium.vector.vector_env import VectorEnv
 
 from subvec._backend import Backend, Collected, RestartRecord, Unit
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._commands import Command
+from subvec._compat import AutoresetMode, vector_metadata
 from subvec._front.async_calls import AsyncCalls
 from subvec._front.calls import EnvCalls, EnvIds
 from subvec._front.chunk import ChunkResults, ChunkStepper, PerUnit
@@ -138,8 +139,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         """Metadata and render mode from the first unit's envs, and every env's spaces (see
         :meth:`_setup_spaces`); ``hellos`` cover the envs in env order."""
         first = hellos[0]
-        self.metadata = dict(first.metadata)
-        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.metadata = vector_metadata(first.metadata, self.autoreset_mode)
         self.render_mode = first.render_mode
         self._setup_spaces(
             [space for hello in hellos for space in hello.observation_spaces],

@@ -19,7 +19,8 @@ import numpy as np
 from gymnasium import Env, Space
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
-from gymnasium.vector.vector_env import AutoresetMode
+
+from subvec._compat import AutoresetMode
 
 __all__ = [
     "EnvsHello",
