@@ -13,6 +13,21 @@ below from here and never reads gymnasium's version itself:
 - ``add_info``: ``VectorEnv._add_info``, the merge of one env's info into a vector env's
   infos, as 1.1+ defines it: there ``final_obs`` (SAME_STEP's, which 1.0 has not) stays an
   object array of the envs' observations, where 1.0's would split a dict observation up.
+- ``VectorEnvBase``: the base class of subvec's vector envs, gymnasium's ``VectorEnv``.
+  0.29's is another class (``gym.Env`` with ``reset_async``/``step_wait``...), built with
+  its spaces; subvec's sets them once the envs have said what they are.
+- ``GYM_029``, ``DEFAULT_INFO_FORMAT``, ``default_autoreset_mode``, ``check_modes`` and
+  ``check_observation_mode``: gymnasium 0.29 autoresets in the same step and reports
+  ``final_observation``/``final_info`` (subvec's ``"legacy"`` infos, the default there); no
+  other autoreset mode, nor 1.x's infos or ``observation_mode``, exists there, and asking
+  for one is a ``ValueError`` naming the installed version.
+- ``batch_differing_spaces``, ``is_space_dtype_shape_equiv``: gymnasium 1.x's, for
+  ``observation_mode="different"``.
+- ``get_env_attr``, ``set_env_attr``: what ``call``/``get_attr`` and ``set_attr`` do to one
+  env: ``get_wrapper_attr``/``set_wrapper_attr`` on 1.x; on 0.29, as its vector envs do,
+  ``getattr`` (through the wrappers, which warn about it there) and ``setattr``.
+- ``BatchDict``: the dict type of a batch of a Dict space (and of one env's Dict action), as
+  ``create_empty_array`` and ``iterate`` make it: ``OrderedDict`` on 0.29, ``dict`` on 1.x.
 
 An older gymnasium than subvec supports fails ``import subvec`` here with an error saying
 what is installed and what to install, instead of a missing name deep in an import.
@@ -22,6 +37,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,16 +45,27 @@ import gymnasium
 import numpy as np
 
 __all__ = [
+    "DEFAULT_INFO_FORMAT",
+    "GYM_029",
     "GYM_VERSION",
     "NAMES_AUTORESET_MODE",
     "AutoresetMode",
+    "BatchDict",
+    "VectorEnvBase",
     "add_info",
+    "batch_differing_spaces",
+    "check_modes",
+    "check_observation_mode",
+    "default_autoreset_mode",
+    "get_env_attr",
     "gym_version",
+    "is_space_dtype_shape_equiv",
+    "set_env_attr",
     "vector_metadata",
 ]
 
 #: the oldest gymnasium subvec supports (and CI tests); the message below names it
-OLDEST = (1, 0, 0)
+OLDEST = (0, 29, 1)
 
 
 def gym_version(text: str) -> tuple[int, int, int]:
@@ -64,10 +91,8 @@ GYM_VERSION = gym_version(getattr(gymnasium, "__version__", ""))
 
 if GYM_VERSION < OLDEST:
     raise ImportError(
-        f"subvec needs gymnasium >= 1.0, and gymnasium {gymnasium.__version__} is installed: "
-        f'pip install "gymnasium>=1.0". For a script written for gymnasium 0.29, '
-        f'SubprocVectorEnv(..., info_format="legacy") keeps the infos layout of 0.29 '
-        f"(final_observation/final_info, as CleanRL's scripts read them)"
+        f"subvec needs gymnasium >= 0.29.1, and gymnasium {gymnasium.__version__} is "
+        f'installed: pip install "gymnasium>=0.29.1"'
     )
 
 # after the check: a gymnasium older than subvec supports may lack any of these
@@ -75,6 +100,13 @@ from gymnasium.vector.vector_env import VectorEnv  # noqa: E402
 
 #: gymnasium 1.1 added ``AutoresetMode`` and ``metadata["autoreset_mode"]``
 NAMES_AUTORESET_MODE = GYM_VERSION >= (1, 1, 0)
+#: gymnasium 0.29: same-step autoreset, ``final_observation`` infos, another VectorEnv
+GYM_029 = GYM_VERSION < (1, 0, 0)
+#: the ``info_format`` a vector env has when none is given: the installed gymnasium's layout
+DEFAULT_INFO_FORMAT = "legacy" if GYM_029 else "gymnasium"
+_INSTALLED = f"gymnasium {gymnasium.__version__} is installed"
+#: see the module docstring
+BatchDict: type[dict[Any, Any]] = OrderedDict if GYM_029 else dict
 
 
 def _add_info_with_final_obs(
@@ -111,6 +143,29 @@ def _add_info_with_final_obs(
 #: ``add_info(vector_env, infos, env_info, env_index) -> infos``; see the module docstring
 add_info: Callable[[Any, dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
+if TYPE_CHECKING or not GYM_029:
+    from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+    from gymnasium.vector.utils import batch_differing_spaces
+
+    VectorEnvBase = VectorEnv[Any, Any, np.ndarray]
+else:
+
+    class VectorEnvBase(VectorEnv):  # type: ignore[misc]
+        """gymnasium 0.29's ``VectorEnv``, built before its spaces are known (the front sets
+        them from the envs' hellos, as on 1.x)."""
+
+        def __init__(self) -> None:
+            # what 0.29's VectorEnv.__init__ sets beside the spaces; its wrappers
+            # (RecordEpisodeStatistics, NormalizeObservation...) read is_vector_env
+            self.is_vector_env = True
+            self.closed = False
+            self.viewer = None
+
+    def _needs_1_x(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError(f"observation_mode='different' needs gymnasium >= 1.0; {_INSTALLED}")
+
+    batch_differing_spaces = is_space_dtype_shape_equiv = _needs_1_x
+
 if TYPE_CHECKING or NAMES_AUTORESET_MODE:
     from gymnasium.vector.vector_env import AutoresetMode
 
@@ -118,16 +173,38 @@ if TYPE_CHECKING or NAMES_AUTORESET_MODE:
 else:
 
     class AutoresetMode(enum.Enum):
-        """gymnasium 1.1's ``AutoresetMode``, for gymnasium 1.0, which has none: the same
-        members and values, so that code written for 1.1+ (``autoreset_mode="SameStep"``,
-        ``AutoresetMode.SAME_STEP``) runs unchanged. gymnasium 1.0's own vector envs know
-        NEXT_STEP only; subvec's envs implement all three."""
+        """gymnasium 1.1's ``AutoresetMode``, for gymnasium 1.0 and 0.29, which have none:
+        the same members and values, so that code written for 1.1+
+        (``autoreset_mode="SameStep"``) runs unchanged. gymnasium 1.0's own vector envs
+        know NEXT_STEP only, and subvec's implement all three there; 0.29's know SAME_STEP
+        only, and so do subvec's (``check_modes``)."""
 
         NEXT_STEP = "NextStep"
         SAME_STEP = "SameStep"
         DISABLED = "Disabled"
 
     add_info = _add_info_with_final_obs
+
+
+if GYM_029:
+
+    def get_env_attr(env: Any, name: str) -> Any:
+        """``getattr(env, name)``, as gymnasium 0.29's vector envs read an env's attribute."""
+        return getattr(env, name)
+
+    def set_env_attr(env: Any, name: str, value: Any) -> None:
+        """``setattr(env, name, value)``, as gymnasium 0.29's vector envs set one."""
+        setattr(env, name, value)
+
+else:
+
+    def get_env_attr(env: Any, name: str) -> Any:
+        """``env.get_wrapper_attr(name)``, as gymnasium 1.x's vector envs read an attribute."""
+        return env.get_wrapper_attr(name)
+
+    def set_env_attr(env: Any, name: str, value: Any) -> None:
+        """``env.set_wrapper_attr(name, value)``, as gymnasium 1.x's vector envs set one."""
+        env.set_wrapper_attr(name, value)
 
 
 def vector_metadata(env_metadata: Mapping[str, Any], mode: AutoresetMode) -> dict[str, Any]:
@@ -146,3 +223,57 @@ def vector_metadata(env_metadata: Mapping[str, Any], mode: AutoresetMode) -> dic
     if NAMES_AUTORESET_MODE:
         metadata["autoreset_mode"] = mode
     return metadata
+
+
+def default_autoreset_mode(info_format: str) -> AutoresetMode:
+    """The autoreset mode of a vector env given none: SAME_STEP for the legacy infos (0.29's
+    layout) and on gymnasium 0.29 (its only mode), else gymnasium 1.x's NEXT_STEP.
+
+    Args:
+        info_format: the vector env's ``info_format``.
+
+    Returns:
+        The mode.
+    """
+    if GYM_029 or info_format == "legacy":
+        return AutoresetMode.SAME_STEP
+    return AutoresetMode.NEXT_STEP
+
+
+def check_modes(info_format: str, mode: AutoresetMode) -> None:
+    """Refuse what the installed gymnasium's vector envs cannot do: on 0.29, any autoreset
+    but the same step's, and 1.x's infos.
+
+    Args:
+        info_format: the vector env's ``info_format``.
+        mode: its autoreset mode.
+
+    Raises:
+        ValueError: on gymnasium 0.29, naming the installed version and what to do.
+    """
+    if not GYM_029:
+        return
+    if mode is not AutoresetMode.SAME_STEP:
+        raise ValueError(
+            f"autoreset_mode={mode.value!r} needs gymnasium >= 1.0 (1.1 for SAME_STEP and "
+            f"DISABLED by name); {_INSTALLED}, whose vector envs reset in the same step: "
+            "leave autoreset_mode out, or upgrade gymnasium"
+        )
+    if info_format == "gymnasium":
+        raise ValueError(
+            f"info_format='gymnasium' is gymnasium 1.x's infos layout; {_INSTALLED}: leave "
+            "info_format out for 0.29's (final_observation/final_info), or pass 'list'"
+        )
+
+
+def check_observation_mode(mode: object) -> None:
+    """Refuse an ``observation_mode`` but ``"same"`` on gymnasium 0.29, which has none.
+
+    Args:
+        mode: the vector env's ``observation_mode``.
+
+    Raises:
+        ValueError: on gymnasium 0.29, naming the installed version.
+    """
+    if GYM_029 and mode != "same":
+        raise ValueError(f"observation_mode={mode!r} needs gymnasium >= 1.0; {_INSTALLED}")

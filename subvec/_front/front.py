@@ -34,12 +34,11 @@ from typing import Any, TypeVar
 import numpy as np
 from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.vector.vector_env import VectorEnv
 
 from subvec._backend import Backend, Collected, RestartRecord, Unit
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._commands import Command
-from subvec._compat import AutoresetMode, vector_metadata
+from subvec._compat import AutoresetMode, VectorEnvBase, vector_metadata
 from subvec._front.async_calls import AsyncCalls
 from subvec._front.calls import EnvCalls, EnvIds
 from subvec._front.chunk import ChunkResults, ChunkStepper, PerUnit
@@ -71,7 +70,7 @@ __all__ = ["EnvIds", "ResetOptions", "VectorFront"]
 _Front = TypeVar("_Front", bound="VectorFront")
 
 
-class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
+class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``; ``AsyncCalls``)
     delegate to an :class:`~subvec._front.stepping.AsyncEngine`."""
