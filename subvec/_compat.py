@@ -26,6 +26,9 @@ below from here and never reads gymnasium's version itself:
 - ``get_env_attr``, ``set_env_attr``: what ``call``/``get_attr`` and ``set_attr`` do to one
   env: ``get_wrapper_attr``/``set_wrapper_attr`` on 1.x; on 0.29, as its vector envs do,
   ``getattr`` (through the wrappers, which warn about it there) and ``setattr``.
+- ``reset_mask_error``: what a bad ``options["reset_mask"]`` raises: 1.4's ``TypeError`` or
+  ``ValueError``; before 1.4 the ``AssertionError`` of 1.1-1.3's own asserts, worded as
+  theirs (on 0.29 and 1.0, which have no masked reset, subvec's extension says the same).
 - ``BatchDict``: the dict type of a batch of a Dict space (and of one env's Dict action), as
   ``create_empty_array`` and ``iterate`` make it: ``OrderedDict`` on 0.29, ``dict`` on 1.x.
 
@@ -60,6 +63,7 @@ __all__ = [
     "get_env_attr",
     "gym_version",
     "is_space_dtype_shape_equiv",
+    "reset_mask_error",
     "set_env_attr",
     "vector_metadata",
 ]
@@ -205,6 +209,35 @@ else:
     def set_env_attr(env: Any, name: str, value: Any) -> None:
         """``env.set_wrapper_attr(name, value)``, as gymnasium 1.x's vector envs set one."""
         env.set_wrapper_attr(name, value)
+
+
+#: check -> (1.4's error, its message); before 1.4 each is an AssertionError worded as 1.1's
+_RESET_MASK_ERRORS: dict[str, tuple[type[Exception], str]] = {
+    "type": (TypeError, "must be a numpy array, got {got}"),
+    "shape": (ValueError, "must have shape `({num_envs},)`, got {got}"),
+    "dtype": (TypeError, "must have `dtype=np.bool_`, got {got}"),
+    "empty": (ValueError, "must contain a boolean array{at_least_one}, got reset_mask={got}"),
+}
+
+
+def reset_mask_error(check: str, num_envs: int, got: Any) -> Exception:
+    """The error the installed gymnasium's SyncVectorEnv raises for a bad reset mask.
+
+    Args:
+        check: ``"type"`` (not a numpy array), ``"shape"`` (not ``(num_envs,)``),
+            ``"dtype"`` (not ``np.bool_``) or ``"empty"`` (no True in it).
+        num_envs: the vector env's number of envs.
+        got: what came (its type, shape, dtype or the mask itself).
+
+    Returns:
+        The exception to raise.
+    """
+    error, must = _RESET_MASK_ERRORS[check]
+    if GYM_VERSION >= (1, 4, 0):
+        text = must.format(num_envs=num_envs, got=got, at_least_one=" with at least one True value")
+        return error(f"`options['reset_mask']` {text}")
+    text = must.format(num_envs=num_envs, got=got, at_least_one="")
+    return AssertionError(f"`options['reset_mask': mask]` {text}")
 
 
 def vector_metadata(env_metadata: Mapping[str, Any], mode: AutoresetMode) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from subvec._compat import (
 )
 from tests.envs import ZooEnv
 from tests.helpers import assert_same
+from tests.oracle import require_oracle, sync_vector_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -155,3 +156,33 @@ def test_the_merge_for_gymnasium_1_0_is_gymnasium_1_1s() -> None:
     assert list(ours) == list(theirs)
     assert_same(ours, theirs, "infos")
     assert isinstance(ours["final_obs"], np.ndarray) and ours["final_obs"].dtype == object
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "mask",
+    [
+        [True, True, True],
+        np.ones(2, np.bool_),
+        np.ones((1, 3), np.bool_),
+        np.ones(3, np.int8),
+        np.zeros(3, np.bool_),
+    ],
+    ids=["list", "short", "2d", "int8", "none_true"],
+)
+def test_a_bad_reset_mask_fails_as_the_installed_sync_vector_env_fails(mask: object) -> None:
+    # gymnasium 1.4 raises TypeError/ValueError, 1.1-1.3 assert with other words: subvec's
+    # error is the installed gymnasium's, type and message
+    require_oracle(AutoresetMode.DISABLED)
+    fns = [lambda: ZooEnv(max_steps=10**6, terminate_prob=0.0)] * 3
+    oracle = sync_vector_env(fns, autoreset_mode=AutoresetMode.DISABLED)
+    with SubprocVectorEnv(fns, num_workers=2, autoreset_mode="Disabled") as envs:
+        envs.reset(seed=0)
+        oracle.reset(seed=0)
+        with pytest.raises(Exception) as want:
+            oracle.reset(options={"reset_mask": mask})
+        with pytest.raises(want.type) as got:
+            envs.reset(options={"reset_mask": mask})
+        assert str(got.value) == str(want.value)
+        envs.reset(options={"reset_mask": np.ones(3, np.bool_)})  # still usable
+    oracle.close()
