@@ -5,9 +5,9 @@ below from here and never reads gymnasium's version itself:
 
 - ``GYM_VERSION``: the installed gymnasium, as ``(major, minor, micro)``.
 - ``AutoresetMode``: gymnasium's own enum from 1.1 on. gymnasium 1.0 has none (its vector envs
-  only reset on the step after an episode ends, the semantics 1.1 names NEXT_STEP), so this
-  module defines an enum with the same members and values; subvec's envs accept it, its
-  values and its names there as on 1.1+.
+  only reset on the step after an episode ends, the semantics 1.1 names NEXT_STEP), nor has
+  0.29 (same step only), so this module defines an enum with the same members and values;
+  subvec's envs accept it, its values and its names there as on 1.1+.
 - ``NAMES_AUTORESET_MODE``: whether gymnasium itself knows autoreset modes (1.1+);
   ``vector_metadata`` puts ``"autoreset_mode"`` in a vector env's metadata where it does.
 - ``add_info``: ``VectorEnv._add_info``, the merge of one env's info into a vector env's

@@ -551,8 +551,8 @@ def test_same_step_final_observations_kept_in_the_block_match_sync(
 def test_same_step_final_observations_in_the_list_format() -> None:
     same_step = AutoresetMode.SAME_STEP
     fns = _final_obs_fns("mixed")
+    oracle = sync_vector_env(fns, autoreset_mode=same_step)  # first: it may skip the test
     envs = SubprocVectorEnv(fns, autoreset_mode=same_step, info_format="list", num_workers=2)
-    oracle = sync_vector_env(fns, autoreset_mode=same_step)
     try:
         envs.reset(seed=5)
         oracle.reset(seed=5)
