@@ -45,7 +45,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 from torch import nn, optim
 from torch.distributions.categorical import Categorical
 
@@ -179,7 +178,7 @@ if __name__ == "__main__":
     envs = subvec.SubprocVectorEnv(
         [make_env(args.env_id) for _ in range(args.num_envs)],
         batch_size=args.recv_batch,
-        autoreset_mode=AutoresetMode.SAME_STEP,
+        autoreset_mode="SameStep",  # gymnasium 1.1+: AutoresetMode.SAME_STEP
         num_workers=args.num_workers or None,
     )
     assert isinstance(envs.single_action_space, gym.spaces.Discrete), "discrete actions only"

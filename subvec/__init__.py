@@ -4,7 +4,8 @@ Layout: two rooms and what they share (tests/test_rooms.py holds the rules: the 
 no process or Ray module, no backend imports the front, no import cycle).
 
 Shared by both rooms (flat):
-    _requires         what must be installed (checked first)
+    _compat           every difference between the gymnasium versions (imported first)
+    _requires         what an optional extra's module says when its package is missing
     errors            the exception hierarchy
     _commands         what the front and every backend say: commands, payload records, the
                       reply record (UnitReply), remote errors
@@ -67,7 +68,7 @@ Public classes and faces (they see both rooms):
 ``import subvec`` never imports torch, Stable-Baselines3 or ray.
 """
 
-from subvec import _requires  # noqa: F401  (first: says so plainly if gymnasium is too old)
+from subvec import _compat  # noqa: F401  (first: says so plainly if gymnasium is too old)
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Env
-from gymnasium.vector.vector_env import AutoresetMode
 
+from subvec._compat import DEFAULT_INFO_FORMAT, AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._front.setup import Hello, ObservationMode
 from subvec._process.block import bind_batch, plan_block
@@ -62,7 +62,7 @@ class InProcessVectorEnv(VectorFront):
         *,
         observation_mode: ObservationMode = "same",
         autoreset_mode: str | AutoresetMode | None = None,
-        info_format: str = "gymnasium",
+        info_format: str = DEFAULT_INFO_FORMAT,
         batch_size: int | None = None,
         timeout: float | None = None,
     ) -> None:

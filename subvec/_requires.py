@@ -1,24 +1,7 @@
-"""What subvec needs installed, checked by ``import subvec`` before anything else is imported,
-and what an optional extra's module says when its package is missing.
-
-With gymnasium 0.29, the first import of gymnasium 1.x's API fails on a missing name
-(``cannot import name 'is_space_dtype_shape_equiv'``), which says nothing about the cause.
-"""
+"""What an optional extra's module says when its package is missing. (Which gymnasium subvec
+needs is ``subvec._compat``'s, checked by ``import subvec`` before anything else.)"""
 
 from __future__ import annotations
-
-import re
-
-import gymnasium
-
-_major = re.match(r"(\d+)\.", getattr(gymnasium, "__version__", ""))
-if _major is not None and int(_major.group(1)) < 1:
-    raise ImportError(
-        f"subvec needs gymnasium >= 1.0, and gymnasium {gymnasium.__version__} is installed: "
-        f'pip install "gymnasium>=1.0". For a script written for gymnasium 0.29, '
-        f'SubprocVectorEnv(..., info_format="legacy") keeps the infos layout of 0.29 '
-        f"(final_observation/final_info, as CleanRL's scripts read them)"
-    )
 
 
 def missing_extra(exc: ModuleNotFoundError, extra: str) -> ModuleNotFoundError:

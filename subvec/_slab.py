@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Env
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._commands import ErrorRecord
+from subvec._compat import AutoresetMode, get_env_attr, set_env_attr
 from subvec.errors import add_note
 
 __all__ = [
@@ -588,7 +588,8 @@ class EnvSlab:
         envs: Sequence[int] | None = None,
         function: Callable[..., Any] | None = None,
     ) -> list[Any]:
-        """``env.get_wrapper_attr(name)`` for each env, called with the arguments if callable;
+        """``env.get_wrapper_attr(name)`` (``_compat.get_env_attr``) for each env, called with
+        the arguments if callable;
         or ``function(env, *args, **kwargs)``.
 
         Args:
@@ -607,16 +608,17 @@ class EnvSlab:
             if function is not None:
                 results.append(function(env, *args, **kwargs))
                 continue
-            attr = env.get_wrapper_attr(name)
+            attr = get_env_attr(env, name)
             results.append(attr(*args, **kwargs) if callable(attr) else attr)
         return results
 
     def set_attr(self, name: str, values: Sequence[Any], envs: Sequence[int] | None = None) -> None:
-        """``env.set_wrapper_attr(name, values[j])`` for the ``j``-th env of ``envs`` (local
+        """``env.set_wrapper_attr(name, values[j])`` (``_compat.set_env_attr``) for the
+        ``j``-th env of ``envs`` (local
         indices; None: every env)."""
         for j, i in enumerate(range(len(self.envs)) if envs is None else envs):
             self.current = i
-            self.envs[i].set_wrapper_attr(name, values[j])
+            set_env_attr(self.envs[i], name, values[j])
 
     def close(self) -> None:
         """Close every env; the first failure is re-raised after all were tried, with

@@ -26,6 +26,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
+from subvec._compat import BatchDict
+
 __all__ = [
     "BY_VALUE",
     "ChunkBatch",
@@ -120,7 +122,7 @@ def build_views(space: spaces.Space[Any], leaves: Iterator[np.ndarray]) -> Any:
     """Arrange leaf arrays (in ``leaf_specs`` order) into the nest gymnasium returns: a dict for
     Dict, a tuple for Tuple, the array itself for a leaf (as ``create_empty_array`` does)."""
     if isinstance(space, spaces.Dict):
-        return {key: build_views(sub, leaves) for key, sub in space.spaces.items()}
+        return BatchDict((key, build_views(sub, leaves)) for key, sub in space.spaces.items())
     if isinstance(space, spaces.Tuple):
         return tuple(build_views(sub, leaves) for sub in space.spaces)
     return next(leaves)
@@ -180,6 +182,8 @@ def _nest_builder(space: spaces.Space[Any]) -> Callable[[Sequence[Any], Sequence
     def make(sub: spaces.Space[Any]) -> Callable[[Sequence[Any], Sequence[Any]], Any]:
         if isinstance(sub, spaces.Dict):
             parts = [(key, make(item)) for key, item in sub.spaces.items()]
+            if BatchDict is not dict:  # gymnasium 0.29's OrderedDict
+                return lambda f, lo: BatchDict((key, build(f, lo)) for key, build in parts)
             return lambda f, lo: {key: build(f, lo) for key, build in parts}
         if isinstance(sub, spaces.Tuple):
             items = [make(item) for item in sub.spaces]
@@ -373,6 +377,8 @@ def row_reader(space: spaces.Space[Any], batch: Any) -> Callable[[int], Any]:
     tuples for nests. Rows are copied so an env that keeps its action never sees it change."""
     if isinstance(space, spaces.Dict):
         parts = [(key, row_reader(sub, batch[key])) for key, sub in space.spaces.items()]
+        if BatchDict is not dict:  # gymnasium 0.29's OrderedDict
+            return lambda row: BatchDict((key, read(row)) for key, read in parts)
         return lambda row: {key: read(row) for key, read in parts}
     if isinstance(space, spaces.Tuple):
         tparts = [row_reader(sub, batch[i]) for i, sub in enumerate(space.spaces)]

@@ -150,12 +150,27 @@ def describe_exitcode(exitcode: int | None) -> str:
 
 
 def add_note(exc: BaseException, note: str) -> None:
-    """``exc.add_note`` on Python >= 3.11; on 3.10 the note is appended to the message."""
+    """``exc.add_note(note)``; on Python 3.10, which has no ``add_note`` and prints no notes,
+    the note goes into ``exc.__notes__`` all the same (code reading the notes runs alike on
+    every Python) and into the message, which the traceback prints.
+
+    Args:
+        exc: the exception to annotate.
+        note: the text to add.
+    """
     adder = getattr(exc, "add_note", None)
     if adder is not None:
         adder(note)
-    elif exc.args and isinstance(exc.args[0], str):
+        return
+    notes = getattr(exc, "__notes__", None)
+    if isinstance(notes, list):
+        notes.append(note)
+    else:
+        setattr(exc, "__notes__", [note])  # noqa: B010  (3.10's typeshed has no __notes__)
+    if exc.args and isinstance(exc.args[0], str):
         exc.args = (f"{exc.args[0]}\n{note}", *exc.args[1:])
+    elif not exc.args:
+        exc.args = (note,)
 
 
 def first_line(exc: BaseException) -> str:

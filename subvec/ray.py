@@ -29,7 +29,6 @@ except ModuleNotFoundError as exc:
     raise missing_extra(exc, "ray") from exc
 from gymnasium import Env
 from gymnasium.vector.utils import create_empty_array
-from gymnasium.vector.vector_env import AutoresetMode
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
@@ -39,6 +38,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from subvec import _spaces
 from subvec._backend import RestartRecord
 from subvec._batch import BatchViews
+from subvec._compat import DEFAULT_INFO_FORMAT, AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._front.recovery import DEFAULT_MAX_RESTARTS
 from subvec._front.setup import Hello, ObservationMode
@@ -206,7 +206,7 @@ class RayVectorEnv(VectorFront):
         observation_mode: ObservationMode = "same",
         autoreset_mode: str | AutoresetMode | None = None,
         max_concurrency: int | None = None,
-        info_format: str = "gymnasium",
+        info_format: str = DEFAULT_INFO_FORMAT,
         copy: bool = True,
         batch_size: int | None = None,
         timeout: float | None = None,

@@ -34,7 +34,6 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.env_util import make_vec_env as _sb3_make_vec_env
 from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnv,
@@ -43,6 +42,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from subvec._compat import AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._sb3_ops import Op, SB3EnvFactory, class_path, run_op
 from subvec._spaces import LeafSpec, build_views, is_shareable, leaf_specs

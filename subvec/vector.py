@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Env
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._commands import Command, StepEnvsPayload
+from subvec._compat import DEFAULT_INFO_FORMAT, AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._front.merge import Part
 from subvec._front.recovery import DEFAULT_MAX_RESTARTS
@@ -102,7 +102,8 @@ class SubprocVectorEnv(VectorFront):
         autoreset_mode: an ``AutoresetMode`` or its value/name ("NextStep", "same_step", ...).
             None (the default): NEXT_STEP, gymnasium's default, or SAME_STEP with
             ``info_format="legacy"``, the only mode that format has (an explicit other mode is
-            refused).
+            refused). On gymnasium 0.29, SAME_STEP is the only mode, as in 0.29's own vector
+            envs; any other is refused.
         max_concurrency: the most envs in ``step`` or ``reset`` at once, as gymnasium's (None:
             no limit; calls and attributes are not limited). A worker steps its envs one
             after the other, so by default there are at most that many workers; with more
@@ -113,11 +114,12 @@ class SubprocVectorEnv(VectorFront):
         numa: placement of workers on NUMA nodes (``"auto"``, ``None``, ``True``, a
             ``{node: [cpus]}`` dict or a topology); see docs/numa.md.
         pin: ``"node"`` (a worker may use its node's CPUs) or ``"core"`` (one CPU per worker).
-        info_format: ``"gymnasium"`` (1.x ``_key`` masks) or ``"legacy"`` (gymnasium 0.29's
-            ``final_observation``/``final_info`` object arrays that CleanRL reads; implies
-            same-step autoreset), or ``"list"`` (one dict per env: the step's info; for an env
-            that ended with same-step autoreset, the reset's info plus ``final_obs`` and
-            ``final_info``; used by the Stable-Baselines3 adapter).
+        info_format: ``"gymnasium"`` (1.x ``_key`` masks; the default on gymnasium 1.x) or
+            ``"legacy"`` (gymnasium 0.29's ``final_observation``/``final_info`` object arrays
+            that CleanRL reads; implies same-step autoreset; the default on gymnasium 0.29,
+            where ``"gymnasium"`` is refused), or ``"list"`` (one dict per env: the step's
+            info; for an env that ended with same-step autoreset, the reset's info plus
+            ``final_obs`` and ``final_info``; used by the Stable-Baselines3 adapter).
         timeout: default timeout in seconds for every ``*_wait`` (``None``: wait forever, still
             watching for dead workers).
         start_timeout: bound on building the envs at construction (``None``: no bound).
@@ -189,7 +191,7 @@ class SubprocVectorEnv(VectorFront):
         envs_per_worker: int | None = None,
         numa: Any = "auto",
         pin: str = "node",
-        info_format: str = "gymnasium",
+        info_format: str = DEFAULT_INFO_FORMAT,
         timeout: float | None = None,
         start_timeout: float | None = None,
         on_worker_failure: str = "raise",

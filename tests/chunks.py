@@ -15,9 +15,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from subvec._compat import AutoresetMode
 from tests.helpers import assert_same
+from tests.oracle import sync_vector_env
 
 
 def sub_action(space: spaces.Space[Any], actions: Any, i: int, k: int) -> Any:
@@ -56,7 +57,7 @@ class Oracle:
 
     def __init__(self, fns: Sequence[Callable[[], gym.Env[Any, Any]]], mode: AutoresetMode):
         self.mode = mode
-        self.refs = [SyncVectorEnv([fn], autoreset_mode=mode) for fn in fns]
+        self.refs = [sync_vector_env([fn], autoreset_mode=mode) for fn in fns]
         self.space = self.refs[0].single_action_space
 
     def reset(self, seed: int) -> list[Any]:

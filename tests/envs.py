@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import string
 import sys
 import threading
 import time
@@ -12,6 +13,18 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+#: the characters of the zoo's Text spaces, in a fixed order. gymnasium < 1.4 draws a Text
+#: sample from its charset in the charset's iteration order, and its default charset is a
+#: frozenset, ordered by the process's hash seed: the same seed samples other strings in a
+#: worker than in the parent (and than in the next run) unless PYTHONHASHSEED is set
+#: (tests/test_versions.py). A string charset has one order in every process.
+TEXT_CHARS = string.digits + string.ascii_uppercase + string.ascii_lowercase
+
+
+def text_space(max_length: int) -> spaces.Text:
+    """A Text space sampling alike in every process (see ``TEXT_CHARS``)."""
+    return spaces.Text(max_length=max_length, charset=TEXT_CHARS)
 
 
 def space_zoo() -> dict[str, spaces.Space[Any]]:
@@ -37,13 +50,13 @@ def space_zoo() -> dict[str, spaces.Space[Any]]:
             }
         ),
         "tuple_nest": spaces.Tuple((spaces.Discrete(4), spaces.Dict({"a": box(np.float64)}))),
-        "text": spaces.Text(max_length=6),
+        "text": text_space(6),
         "sequence": spaces.Sequence(spaces.Box(0, 1, shape=(2,), dtype=np.float32)),
         "graph": spaces.Graph(
             node_space=spaces.Box(0, 1, shape=(2,), dtype=np.float32),
             edge_space=spaces.Discrete(3),
         ),
-        "dict_with_text": spaces.Dict({"x": box(np.float32), "t": spaces.Text(max_length=4)}),
+        "dict_with_text": spaces.Dict({"x": box(np.float32), "t": text_space(4)}),
         # A robot's observation: two cameras and a state vector in the block, a language
         # instruction (the same for a whole episode, see ZooEnv) by pipe; 5 envs of it are
         # big enough for observation slots
@@ -52,7 +65,7 @@ def space_zoo() -> dict[str, spaces.Space[Any]]:
                 "agentview": spaces.Box(0, 255, (24, 32, 3), np.uint8),
                 "wrist": spaces.Box(0, 255, (24, 32, 3), np.uint8),
                 "state": spaces.Box(-1.0, 1.0, (9,), np.float32),
-                "instruction": spaces.Text(max_length=16),
+                "instruction": text_space(16),
             }
         ),
         "custom": CounterSpace(),

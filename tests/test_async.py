@@ -12,12 +12,14 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 from subvec import EnvError, RecvTimeoutError, SubprocVectorEnv, WorkerDiedError
+from subvec._compat import AutoresetMode
 from subvec._inproc import InProcessVectorEnv
 from tests.envs import CrashEnv, ZooEnv, make_zoo
 from tests.helpers import assert_same
+from tests.oracle import sync_vector_env
 
 SEED = 11
 
@@ -52,7 +54,7 @@ def _row(batch: Any, row: int, space: spaces.Space[Any]) -> Any:
 
 def _oracle(fn: Any, mode: AutoresetMode, info_format: str) -> Any:
     if info_format == "gymnasium":
-        return SyncVectorEnv([fn], autoreset_mode=mode)
+        return sync_vector_env([fn], autoreset_mode=mode)
     return SubprocVectorEnv([fn], num_workers=1, autoreset_mode=mode, info_format=info_format)
 
 
@@ -508,7 +510,7 @@ def test_image_observations_and_slots_after_async() -> None:
         return ZooEnv(image, max_steps=10**6, terminate_prob=0.2)
 
     envs = SubprocVectorEnv([fn] * 4, num_workers=2, batch_size=2)
-    oracle = SyncVectorEnv([fn] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
+    oracle = sync_vector_env([fn] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
     try:
         assert envs.block_plan.obs_slots > 0
         assert_same(envs.reset(seed=5), oracle.reset(seed=5), "lock-step reset")

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 from subvec._backend import PLAIN
 from subvec._commands import (
@@ -20,6 +20,7 @@ from subvec._commands import (
     UnitReply,
     rebuild_remote_error,
 )
+from subvec._compat import AutoresetMode
 from subvec._front.merge import make_merger
 from subvec._process.block import (
     OBS_SLOTS,

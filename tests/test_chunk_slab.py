@@ -12,8 +12,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
 
+from subvec._compat import AutoresetMode
 from subvec._front.merge import merge_chunk_infos
 from subvec._process.chunks import scalar_rows
 from subvec._slab import ChunkArrays, EnvSlab, SlabArrays

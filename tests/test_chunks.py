@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError
-from gymnasium.vector import AutoresetMode
 
 from subvec import EnvError, SubprocVectorEnv, WorkerDiedError
 from subvec._commands import Command, Status
+from subvec._compat import AutoresetMode
 from subvec._process import wake as _wake
 from subvec._process.shm import list_segments
 from tests.chunks import Oracle, check_chunk, sample_chunks

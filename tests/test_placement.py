@@ -11,9 +11,9 @@ import numpy as np
 import psutil
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
 
 from subvec import SubprocVectorEnv
+from subvec._compat import AutoresetMode
 from tests.envs import ZooEnv, make_zoo
 from tests.test_conformance import run_side_by_side
 

@@ -28,7 +28,7 @@ ray = pytest.importorskip("ray")
 
 import gymnasium as gym  # noqa: E402  (after the skip: nothing here runs without ray)
 import psutil  # noqa: E402
-from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
+from gymnasium.vector import SyncVectorEnv  # noqa: E402
 from ray.util.placement_group import (  # noqa: E402
     placement_group,
     placement_group_table,
@@ -37,6 +37,7 @@ from ray.util.placement_group import (  # noqa: E402
 
 from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
 from subvec._commands import Command  # noqa: E402
+from subvec._compat import AutoresetMode  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
 from tests.envs import (  # noqa: E402
     OptionsEnv,

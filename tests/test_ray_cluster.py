@@ -18,10 +18,10 @@ import pytest
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray")
 
-from gymnasium.vector import AutoresetMode  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.placement_group import placement_group_table  # noqa: E402
 
+from subvec._compat import AutoresetMode  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
 from tests.test_chunks import run_against_oracle  # noqa: E402
 from tests.test_conformance import _zoo_fns, run_side_by_side  # noqa: E402

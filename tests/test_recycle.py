@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import BrokenVectorEnvError, SubprocVectorEnv
+from subvec._compat import AutoresetMode
 from tests.envs import BuildOnce, EpisodeEnv
 from tests.helpers import gone
 

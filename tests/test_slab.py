@@ -12,11 +12,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
+from subvec._compat import AutoresetMode
 from subvec._slab import EnvSlab, FinalObsInBlock, SlabArrays, final_obs_store
 from tests.envs import LooseDtypeEnv, OptionsEnv, ZooEnv
 from tests.helpers import assert_same
+from tests.oracle import sync_vector_env
 
 BOX = spaces.Box(0, 9, shape=(2, 3), dtype=np.float32)
 MODES = list(AutoresetMode)
@@ -133,7 +135,7 @@ def test_reset_without_infos_sends_no_event() -> None:
 def test_step_matches_sync_per_env(mode: AutoresetMode) -> None:
     fns = [_zoo(), _zoo(quiet=True), _zoo(terminate_prob=0.4), _zoo()]
     h = Harness(fns, mode)
-    oracle = SyncVectorEnv(fns, autoreset_mode=mode)
+    oracle = sync_vector_env(fns, autoreset_mode=mode)
     h.slab.reset([3, 4, 5, 6], None)
     oracle.reset(seed=[3, 4, 5, 6])
     oracle.action_space.seed(0)
@@ -174,7 +176,7 @@ def test_observations_and_actions_by_value() -> None:
     text = spaces.Text(max_length=4)
     fns = [lambda: ZooEnv(text), lambda: ZooEnv(text)]
     h = Harness(fns, AutoresetMode.SAME_STEP, by_value=True)
-    oracle = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    oracle = sync_vector_env(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     reset = h.slab.reset([1, 2], None)
     want, _ = oracle.reset(seed=[1, 2])
     assert reset.obs == [(0, want[0]), (1, want[1])]
@@ -193,7 +195,7 @@ def test_same_step_final_observations_in_rows() -> None:
     fns.append(lambda: LooseDtypeEnv(BOX, terminate_prob=0.3))
     rows = np.full((3, *BOX.shape), -1.0, dtype=np.float32)
     h = Harness(fns, AutoresetMode.SAME_STEP, final_rows=rows)
-    oracle = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    oracle = sync_vector_env(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     h.slab.reset([7, 8, 9], None)
     oracle.reset(seed=[7, 8, 9])
     oracle.action_space.seed(1)

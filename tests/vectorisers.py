@@ -24,7 +24,7 @@ from gymnasium.vector import VectorEnv
 from subvec import SubprocVectorEnv
 from subvec._inproc import InProcessVectorEnv
 
-VectorFactory = Callable[..., VectorEnv[Any, Any, Any]]
+VectorFactory = Callable[..., VectorEnv]  # (gymnasium 0.29's VectorEnv is not generic)
 
 VECTORISERS: dict[str, Mapping[str, Any] | VectorFactory] = {
     # several envs per worker, uneven (5 envs: 2, 2, 1)
@@ -46,9 +46,7 @@ VECTORISERS: dict[str, Mapping[str, Any] | VectorFactory] = {
 }
 
 
-def _ray_vector_env(
-    env_fns: Sequence[Callable[[], Any]], **kwargs: Any
-) -> VectorEnv[Any, Any, Any]:
+def _ray_vector_env(env_fns: Sequence[Callable[[], Any]], **kwargs: Any) -> VectorEnv:
     from subvec.ray import RayVectorEnv  # ray is optional: imported where a case runs on it
 
     return RayVectorEnv(env_fns, num_actors=2, local_workers=1, start_timeout=30, **kwargs)
@@ -74,14 +72,12 @@ def vector_factory(name: str) -> VectorFactory:
     return functools.partial(SubprocVectorEnv, **entry)
 
 
-def make_vector_env(
-    name: str, env_fns: Sequence[Callable[[], Any]], **kwargs: Any
-) -> VectorEnv[Any, Any, Any]:
+def make_vector_env(name: str, env_fns: Sequence[Callable[[], Any]], **kwargs: Any) -> VectorEnv:
     """Build ``env_fns`` with vectoriser ``name``."""
     return vector_factory(name)(list(env_fns), **kwargs)
 
 
-def check_built_as_asked(name: str, envs: VectorEnv[Any, Any, Any]) -> None:
+def check_built_as_asked(name: str, envs: VectorEnv) -> None:
     """Assert that the settings of a kwargs entry took effect (a vectoriser that quietly fell
     back to a default would otherwise test the default twice). Factories check nothing."""
     entry = VECTORISERS[name]

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 from gymnasium import Space
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec import _spaces
 from subvec._batch import ChunkBlock, ChunkRooms
 from subvec._commands import StepEnvsPayload, UnitReply
+from subvec._compat import AutoresetMode
 from subvec._front.merge import Part, merge_chunk_infos, with_chunk_axis
 from subvec._infos import as_events
 

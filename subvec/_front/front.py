@@ -35,11 +35,11 @@ from typing import Any, TypeVar
 import numpy as np
 from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.vector.vector_env import AutoresetMode, VectorEnv
 
 from subvec._backend import Backend, Collected, RestartRecord, Unit
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._commands import Command
+from subvec._compat import AutoresetMode, VectorEnvBase, vector_metadata
 from subvec._front.async_calls import AsyncCalls
 from subvec._front.calls import EnvCalls, EnvIds
 from subvec._front.chunk import ChunkResults, ChunkStepper, PerUnit
@@ -85,7 +85,7 @@ def public_name(cls: type) -> str:
     return next((c.__name__ for c in cls.__mro__ if not c.__name__.startswith("_")), cls.__name__)
 
 
-class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
+class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``; ``AsyncCalls``)
     delegate to an :class:`~subvec._front.stepping.AsyncEngine`."""
@@ -168,8 +168,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         """Metadata and render mode from the first unit's envs, and every env's spaces (see
         :meth:`_setup_spaces`); ``hellos`` cover the envs in env order."""
         first = hellos[0]
-        self.metadata = dict(first.metadata)
-        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.metadata = vector_metadata(first.metadata, self.autoreset_mode)
         self.render_mode = first.render_mode
         self._setup_spaces(
             [space for hello in hellos for space in hello.observation_spaces],

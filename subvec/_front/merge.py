@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from gymnasium.vector.vector_env import VectorEnv
 
+from subvec._compat import add_info
 from subvec._infos import InfoColumns, as_events, merge_columns, merge_scalar_events
 
 __all__ = [
@@ -32,7 +32,7 @@ __all__ = [
 #: (first env index of a unit, what it said beyond the batch arrays: a step's or a reset's
 #: :class:`UnitReply`, a call's results, or None)
 Part = tuple[int, Any]
-#: gymnasium's ``VectorEnv._add_info``, bound to a vector env
+#: gymnasium's ``VectorEnv._add_info`` (as 1.1+ defines it), bound to a vector env
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
 
@@ -42,7 +42,7 @@ class _Rows:
     in a reference cycle and wait for the cycle collector to be freed, its workers or actors
     with it."""
 
-    _add_info = VectorEnv._add_info
+    _add_info = add_info
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
@@ -134,7 +134,7 @@ def make_merger(info_format: str, num_envs: int) -> InfoMerger:
         return ListInfos(num_envs)
     if info_format == "legacy":
         return LegacyInfos(num_envs)
-    return GymnasiumInfos(num_envs, _Rows(num_envs)._add_info)  # type: ignore[misc]
+    return GymnasiumInfos(num_envs, _Rows(num_envs)._add_info)
 
 
 def merge_chunk_infos(
@@ -178,7 +178,7 @@ def merge_chunk_infos(
         for row, info in _legacy_events(flat, 0):
             infos = _add_info_legacy(infos, info, row, rows)
     else:
-        add_info = _Rows(rows)._add_info  # type: ignore[misc]
+        add_info = _Rows(rows)._add_info
         for i, k, info in events:
             try:
                 infos = add_info(infos, info, i * chunk + k)

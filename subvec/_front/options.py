@@ -18,6 +18,7 @@ import numpy as np
 
 from subvec._backend import Unit
 from subvec._commands import ResetOptionsPayload, ResetPayload
+from subvec._compat import reset_mask_error
 from subvec._seeding import SeedArg, per_env_seeds
 
 __all__ = ["EnvOptions", "EnvResetOptions", "ResetOptions", "ResetRequest", "unit_options"]
@@ -187,25 +188,16 @@ class EnvResetOptions:
         """``options["reset_mask"]`` checked (gymnasium's messages), as a copy.
 
         Raises:
-            TypeError: not a numpy array of ``np.bool_``.
-            ValueError: not of shape ``(num_envs,)``, or no env in it.
+            TypeError: not a numpy array of ``np.bool_`` (gymnasium 1.4).
+            ValueError: not of shape ``(num_envs,)``, or no env in it (gymnasium 1.4).
+            AssertionError: any of those before gymnasium 1.4, as its SyncVectorEnv asserts.
         """
         if not isinstance(reset_mask, np.ndarray):
-            raise TypeError(
-                f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}"
-            )
+            raise reset_mask_error("type", self.num_envs, type(reset_mask))
         if reset_mask.shape != (self.num_envs,):
-            raise ValueError(
-                f"`options['reset_mask']` must have shape `({self.num_envs},)`, "
-                f"got {reset_mask.shape}"
-            )
+            raise reset_mask_error("shape", self.num_envs, reset_mask.shape)
         if reset_mask.dtype != np.bool_:
-            raise TypeError(
-                f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}"
-            )
+            raise reset_mask_error("dtype", self.num_envs, reset_mask.dtype)
         if not np.any(reset_mask):
-            raise ValueError(
-                "`options['reset_mask']` must contain a boolean array with at least one True "
-                f"value, got reset_mask={reset_mask}"
-            )
+            raise reset_mask_error("empty", self.num_envs, reset_mask)
         return np.array(reset_mask, dtype=np.bool_)

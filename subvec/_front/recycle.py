@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import Collected, Failure, Outcome, RestartRecord, Unit
 from subvec._commands import ResetPayload, Status, UnitReply, raise_first
+from subvec._compat import AutoresetMode
 from subvec._front.merge import Part
 from subvec._front.units import Units
 from subvec._infos import as_events

@@ -17,9 +17,18 @@ from typing import Any, Protocol
 
 import numpy as np
 from gymnasium import Env, Space
-from gymnasium.spaces.utils import is_space_dtype_shape_equiv
-from gymnasium.vector.utils import batch_differing_spaces, batch_space
-from gymnasium.vector.vector_env import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from subvec._compat import (
+    AutoresetMode,
+    batch_differing_spaces,
+    check_modes,
+    default_autoreset_mode,
+    is_space_dtype_shape_equiv,
+)
+from subvec._compat import (
+    check_observation_mode as supported_observation_mode,
+)
 
 __all__ = [
     "EnvsHello",
@@ -92,9 +101,11 @@ def check_observation_mode(mode: object) -> ObservationMode:
 
     Raises:
         ValueError: neither ``"same"``, ``"different"`` nor a pair (gymnasium's wording, so
-            that code matching on it keeps working, then the expected form).
+            that code matching on it keeps working, then the expected form); or not
+            ``"same"`` on a gymnasium without observation modes (0.29).
         TypeError: a pair whose elements are not both spaces.
     """
+    supported_observation_mode(mode)
     if isinstance(mode, tuple) and len(mode) == 2:
         if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
             raise TypeError(
@@ -130,8 +141,8 @@ def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
 def check_info_format(
     info_format: str, autoreset_mode: str | AutoresetMode | None
 ) -> AutoresetMode:
-    """The autoreset mode for ``info_format`` (None: NEXT_STEP, gymnasium's; SAME_STEP, the
-    legacy format's only mode).
+    """The autoreset mode for ``info_format`` (None: the installed gymnasium's default,
+    ``_compat.default_autoreset_mode``; SAME_STEP is the legacy format's only mode).
 
     Raises:
         ValueError: an unknown info format or autoreset mode, or the legacy format with
@@ -142,10 +153,9 @@ def check_info_format(
             f"info_format must be 'gymnasium', 'legacy' or 'list', got {info_format!r}"
         )
     if autoreset_mode is None:
-        autoreset_mode = (
-            AutoresetMode.SAME_STEP if info_format == "legacy" else AutoresetMode.NEXT_STEP
-        )
+        autoreset_mode = default_autoreset_mode(info_format)
     mode = parse_autoreset(autoreset_mode)
+    check_modes(info_format, mode)
     if info_format == "legacy" and mode is not AutoresetMode.SAME_STEP:
         raise ValueError(
             "info_format='legacy' reproduces gymnasium 0.29, which reset envs in the same "
@@ -234,7 +244,8 @@ def copy_nest(obs: Any) -> Any:
     if isinstance(obs, np.ndarray):
         return obs.copy()
     if isinstance(obs, dict):
-        return {k: copy_nest(v) for k, v in obs.items()}
+        copied = {k: copy_nest(v) for k, v in obs.items()}
+        return copied if type(obs) is dict else type(obs)(copied)  # 0.29's OrderedDict
     if isinstance(obs, tuple):
         return tuple(copy_nest(v) for v in obs)
     return deepcopy(obs)
@@ -245,5 +256,6 @@ def view_nest(obs: Any) -> Any:
     if isinstance(obs, np.ndarray):
         return obs.view()
     if isinstance(obs, dict):
-        return {k: view_nest(v) for k, v in obs.items()}
+        views = {k: view_nest(v) for k, v in obs.items()}
+        return views if type(obs) is dict else type(obs)(views)  # 0.29's OrderedDict
     return tuple(view_nest(v) for v in obs)

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._batch import BatchViews
+from subvec._compat import AutoresetMode
 from subvec._front.merge import InfoMerger, Part
 from subvec._front.observations import ObservationBatch
 from subvec._front.recycle import Recycler

@@ -30,7 +30,6 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import Backend, Failure, Outcome, Unit
 from subvec._batch import BatchViews
@@ -40,6 +39,7 @@ from subvec._commands import (
     StepEnvsPayload,
     UnitReply,
 )
+from subvec._compat import AutoresetMode
 from subvec._front.async_stats import AsyncRecorder
 from subvec._front.calls import checked_env_ids
 from subvec._front.merge import InfoMerger, make_merger

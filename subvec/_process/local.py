@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gymnasium import Env
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._backend import PLAIN, Collected, Outcome, Unit
 from subvec._commands import (
@@ -24,6 +23,7 @@ from subvec._commands import (
     UnitReply,
     rebuild_remote_error,
 )
+from subvec._compat import AutoresetMode
 from subvec._process.block import bind_rows
 from subvec._process.chunks import ChunkAttachment, ChunkViews, run_chunk
 from subvec._process.wire import AttachSpec

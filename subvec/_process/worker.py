@@ -34,7 +34,6 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
-from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._commands import (
     CallPayload,
@@ -46,6 +45,7 @@ from subvec._commands import (
     Status,
     UnitReply,
 )
+from subvec._compat import AutoresetMode
 from subvec._infos import InfoBlockWriter, to_columns
 from subvec._process import wire as proto
 from subvec._process.block import bind_rows, slot_writers
