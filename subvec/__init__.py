@@ -68,6 +68,7 @@ Public classes and faces (they see both rooms):
 """
 
 from subvec import _requires  # noqa: F401  (first: says so plainly if gymnasium is too old)
+from subvec._commands import PerEnv
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
@@ -90,6 +91,7 @@ __all__ = [
     "BrokenVectorEnvError",
     "EnvError",
     "MissingMainGuardError",
+    "PerEnv",
     "PlacementError",
     "RecvTimeoutError",
     "RemoteEnvError",

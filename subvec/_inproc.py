@@ -21,7 +21,7 @@ from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
 from subvec._front.front import VectorFront
-from subvec._front.setup import Hello, ObservationMode
+from subvec._front.setup import Hello, ObservationMode, TimeoutArg
 from subvec._process.block import bind_batch, plan_block
 from subvec._process.chunks import BlockRooms
 from subvec._process.local import LocalShare
@@ -64,7 +64,7 @@ class InProcessVectorEnv(VectorFront):
         autoreset_mode: str | AutoresetMode | None = None,
         info_format: str = "gymnasium",
         batch_size: int | None = None,
-        timeout: float | None = None,
+        timeout: TimeoutArg = None,
     ) -> None:
         super().__init__()
         self._configure(

@@ -36,7 +36,7 @@ every mode included.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,7 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec._commands import ErrorRecord
+from subvec._commands import ErrorRecord, PerEnv
 from subvec.errors import add_note
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "FinalObsInBlock",
     "SlabArrays",
     "SlabResult",
+    "env_metadata",
     "final_obs_store",
     "snapshot",
 ]
@@ -165,6 +166,16 @@ class ChunkResult(_EnvErrors):
 
     def is_empty(self) -> bool:
         return not self.infos and not self.obs and not self.sub_obs and not self.errors
+
+
+def env_metadata(env: Env[Any, Any]) -> dict[str, Any]:
+    """``env.metadata`` as a new dict: a mapping copied, anything else (robosuite's
+    ``GymWrapper`` sets ``metadata = None``) read as no metadata at all, ``{}``. Every hello
+    (a worker's, an actor's, the parent's own envs') reads an env's metadata through this."""
+    metadata = getattr(env, "metadata", None)
+    if isinstance(metadata, Mapping):
+        return dict(metadata)
+    return {}
 
 
 def final_obs_store(rows: np.ndarray) -> Callable[[Any, int], bool]:
@@ -597,13 +608,20 @@ class EnvSlab:
             envs: the local envs to call, in that order (repeats are called again); None: all.
             function: run this on each env instead of its attribute ``name``.
 
+        A :class:`subvec._commands.PerEnv` argument gives the ``j``-th env called its
+        ``values[j]``.
+
         Returns:
             One result per env called, in that order.
         """
+        call_args, call_kwargs = args, kwargs
         results = []
-        for i in range(len(self.envs)) if envs is None else envs:
+        per_env = PerEnv.in_call(args, kwargs)
+        for j, i in enumerate(range(len(self.envs)) if envs is None else envs):
             self.current = i
             env = self.envs[i]
+            if per_env:
+                args, kwargs = PerEnv.of_env(call_args, call_kwargs, j)
             if function is not None:
                 results.append(function(env, *args, **kwargs))
                 continue

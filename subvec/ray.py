@@ -41,7 +41,7 @@ from subvec._backend import RestartRecord
 from subvec._batch import BatchViews
 from subvec._front.front import VectorFront
 from subvec._front.recovery import DEFAULT_MAX_RESTARTS
-from subvec._front.setup import Hello, ObservationMode
+from subvec._front.setup import Hello, ObservationMode, TimeoutArg
 from subvec._pickling import pickle_factories
 from subvec._process.bootstrap import registry_snapshot
 from subvec._process.gpus import WorkerEnvSpec, check_worker_env
@@ -168,7 +168,8 @@ class RayVectorEnv(VectorFront):
             until the next call.
         batch_size: how many envs ``recv()`` returns by default (asynchronous stepping).
         timeout: default timeout in seconds of every ``*_wait`` (None: wait forever, still
-            noticing a dead actor at once).
+            noticing a dead actor at once), or one per command (``{"reset": 120, "step":
+            30, "call": 60}``), as SubprocVectorEnv's.
         start_timeout: bound on the placement group becoming ready and on the actors building
             their envs, at construction and for a replacement.
         on_worker_failure: ``"raise"`` (an actor's death, or a worker dying inside one, raises
@@ -209,7 +210,7 @@ class RayVectorEnv(VectorFront):
         info_format: str = "gymnasium",
         copy: bool = True,
         batch_size: int | None = None,
-        timeout: float | None = None,
+        timeout: TimeoutArg = None,
         start_timeout: float | None = 120,
         on_worker_failure: str = "raise",
         max_restarts: int = DEFAULT_MAX_RESTARTS,

@@ -38,7 +38,7 @@ from subvec._front.front import VectorFront
 from subvec._front.merge import Part
 from subvec._front.recovery import DEFAULT_MAX_RESTARTS
 from subvec._front.recycle import RecyclePolicy
-from subvec._front.setup import EnvsHello, Hello, ObservationMode
+from subvec._front.setup import EnvsHello, Hello, ObservationMode, TimeoutArg
 from subvec._front.state import _WAITING, _State
 from subvec._pickling import pickle_factories
 from subvec._process import wire as proto
@@ -119,7 +119,10 @@ class SubprocVectorEnv(VectorFront):
             that ended with same-step autoreset, the reset's info plus ``final_obs`` and
             ``final_info``; used by the Stable-Baselines3 adapter).
         timeout: default timeout in seconds for every ``*_wait`` (``None``: wait forever, still
-            watching for dead workers).
+            watching for dead workers), or one per command: a mapping of ``"reset"``,
+            ``"step"`` and ``"call"`` to seconds (``{"reset": 120, "step": 30}``; a command
+            not named is not bounded; an action chunk of K sub-steps gets K times the step's).
+            What times out follows ``on_worker_failure``.
         start_timeout: bound on building the envs at construction (``None``: no bound).
         on_worker_failure: ``"raise"`` (default: a dead or hung worker breaks the vector env,
             like AsyncVectorEnv) or ``"restart"``: the worker is replaced, its envs rebuilt and
@@ -190,7 +193,7 @@ class SubprocVectorEnv(VectorFront):
         numa: Any = "auto",
         pin: str = "node",
         info_format: str = "gymnasium",
-        timeout: float | None = None,
+        timeout: TimeoutArg = None,
         start_timeout: float | None = None,
         on_worker_failure: str = "raise",
         max_restarts: int = DEFAULT_MAX_RESTARTS,
@@ -401,7 +404,7 @@ class SubprocVectorEnv(VectorFront):
             if self._obs_slots is not None:
                 self._pick_obs_slot()
             self._state = state = _State.WAITING_STEP
-            timeout = self.default_timeout
+            timeout = self.step_timeout
             restart = self._policy.can_restart
             try:
                 collected = self._pool.exchange(
@@ -451,7 +454,7 @@ class SubprocVectorEnv(VectorFront):
             sent = self._chunk_sent = (command, proto.encode_step_envs(command))
         payload = sent[1]
         self._state = state = _State.WAITING_CHUNK
-        timeout = self.default_timeout
+        timeout = self.timeouts.chunk(command.substeps)
         restart = self._policy.can_restart
         try:
             collected = self._pool.exchange_frame(
@@ -507,7 +510,7 @@ class SubprocVectorEnv(VectorFront):
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._begin(_State.WAITING_CALL)  # only checks: the workers must be idle
-        counters = self._pool.counters(self.default_timeout if timeout is None else timeout)
+        counters = self._pool.counters(self.timeouts.call if timeout is None else timeout)
         return worker_stats(
             self._pool.workers, counters, self.restarts, self.recycles, self.build_failures
         )

@@ -38,6 +38,7 @@ from ray.util.placement_group import (  # noqa: E402
 from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
 from subvec._commands import Command  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
+from tests import vla_checks  # noqa: E402
 from tests.envs import (  # noqa: E402
     OptionsEnv,
     StartMethodEnv,
@@ -628,3 +629,31 @@ def test_killed_actor_mid_chunk_comes_back_truncated_at_sub_step_zero() -> None:
         assert truncs[:2, 0].all() and rewards[:2].tolist() == [[0.0] * 3] * 2
         assert infos["_worker_restarted"][:, 0].tolist() == [True, True, False, False]
         assert len(envs.restarts) == 1
+
+
+# --- robot-learning rollouts (tests/vla_checks.py) --------------------------------------------
+
+
+def test_metadata_none_or_not_a_mapping_reads_as_empty() -> None:
+    vla_checks.check_metadata_none_and_non_dict(RayEnvs)
+
+
+def test_per_env_call_arguments_reach_the_envs_of_each_actor() -> None:
+    vla_checks.check_per_env_call_arguments(RayEnvs)
+
+
+def test_sb3_env_method_takes_per_env_arguments_on_ray() -> None:
+    vla_checks.check_sb3_env_method_per_env(backend="ray", num_actors=2, local_workers=1)
+
+
+def test_timeouts_per_command_on_ray() -> None:
+    vla_checks.check_timeouts_per_command(RayEnvs)
+
+
+@pytest.mark.parametrize("policy", ["raise", "restart"])
+def test_hung_reset_step_and_chunk_follow_the_failure_policy_on_ray(policy: str) -> None:
+    vla_checks.check_hung_reset_step_and_chunk(RayEnvs, policy)
+
+
+def test_hung_step_and_chunk_raise_within_their_bounds_on_ray() -> None:
+    vla_checks.check_hung_step_and_chunk_raise(RayEnvs)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subvec._front.options import ResetOptions
+from subvec._front.setup import Timeouts
 from subvec._front.stepping import AsyncEngine
 from subvec._seeding import SeedArg
 
@@ -25,7 +26,7 @@ class AsyncCalls:
 
     # The front's, declared for the type checker.
     _async: AsyncEngine
-    default_timeout: float | None
+    timeouts: Timeouts
 
     if TYPE_CHECKING:
 
@@ -85,7 +86,9 @@ class AsyncCalls:
             min_envs: wait until this many are ready (default ``batch_size``; at most the
                 envs in flight or held, since no others can become ready).
             max_envs: return at most this many (default ``max(batch_size, min_envs)``).
-            timeout: seconds to wait (None: the constructor's ``timeout``).
+            timeout: seconds to wait (None: the constructor's ``timeout``; of a per-command
+                ``timeout``, the longest bound of the commands in flight, a reset's or a
+                step's).
 
         Returns:
             ``(observations, rewards, terminations, truncations, infos)`` with one row per
@@ -100,8 +103,8 @@ class AsyncCalls:
             WorkerDiedError: a worker died (with on_worker_failure="raise").
         """
         self._assert_is_running()
-        if timeout is None:
-            timeout = self.default_timeout
+        if timeout is None:  # the longest bound of the commands in flight
+            timeout = self.timeouts.longest(self._async.in_flight_kinds())
         return self._async.recv(min_envs, max_envs, timeout)
 
     def drain(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
@@ -114,4 +117,4 @@ class AsyncCalls:
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._assert_is_running()
-        return self._async.drain(self.default_timeout)
+        return self._async.drain(self.timeouts.longest(self._async.in_flight_kinds()))

@@ -51,10 +51,12 @@ from subvec._front.recycle import RecyclePolicy, Recycler, RssReader
 from subvec._front.setup import (
     EnvsHello,
     ObservationMode,
+    TimeoutArg,
     batched_spaces,
     check_batch_size,
     check_info_format,
     check_observation_mode,
+    check_timeouts,
 )
 from subvec._front.state import _ASYNC_NAME, _State, pending_call, weak_method
 from subvec._front.step_results import StepResults
@@ -96,7 +98,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         info_format: str,
         *,
         copy: bool,
-        timeout: float | None,
+        timeout: TimeoutArg,
         on_worker_failure: str,
         max_restarts: int,
         batch_size: int | None = None,
@@ -123,7 +125,10 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self.autoreset_mode = check_info_format(info_format, autoreset_mode)
         self.info_format = info_format
         self.copy = bool(copy)
-        self.default_timeout = timeout
+        #: each command's default bound (``timeout=``: one number, or one per command)
+        self.timeouts = check_timeouts(timeout)
+        #: the step's, read by the steady step
+        self.step_timeout = self.timeouts.step
         #: ``"same"``, ``"different"`` or ``(observation_space, single_observation_space)``
         self.observation_mode = check_observation_mode(observation_mode)
         self._backends: list[Backend] = []
@@ -434,10 +439,10 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             self._begin(_State.WAITING_RESET)
         request = self._reset_options.request(seed, options)
         if broken:
-            request.include(self._recovery.rebuild(self._build_timeout(self.default_timeout)))
+            request.include(self._recovery.rebuild(self._build_timeout(self.timeouts.reset)))
             self._state = _State.IDLE
         if self._recycler is not None:  # before the slot pick: the units change
-            self._recycler.on_reset(request.seeds, request.mask, self.default_timeout)
+            self._recycler.on_reset(request.seeds, request.mask, self.timeouts.reset)
         self._reset_request = request
         self._exchange.send_reset(request, self._reset_options.payloads(request))
         self._state = _State.WAITING_RESET
@@ -655,7 +660,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             if parts is None:
                 self._exchange.send(Command.STEP_ENVS, per_unit=per_unit)
                 self._state = _State.WAITING_CHUNK
-                parts = self._exchange.collect(_State.WAITING_CHUNK, None)
+                parts = self._exchange.collect(_State.WAITING_CHUNK, self.timeouts.chunk(chunk))
             return chunks.results(
                 parts,
                 views,

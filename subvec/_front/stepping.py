@@ -239,6 +239,11 @@ class AsyncEngine:
         """The held envs in the order they were sent their work: the order ``recv`` serves."""
         return sorted(self._ready, key=self._sent_at.__getitem__)
 
+    def in_flight_kinds(self) -> list[str]:
+        """The commands in flight (``"reset"``, ``"step"``), one per unit; with results
+        held and nothing in flight, ``["step"]`` (what a wait would be for)."""
+        return [flight.kind for flight in self._flight.values()] or ["step"]
+
     def _outstanding(self) -> bool:
         return bool(self._flight or any(self._queued.values()) or self._ready)
 

@@ -58,7 +58,7 @@ from subvec._process.threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._process.topology import Placement, apply_placement
 from subvec._process.wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
 from subvec._process.wire import AttachSpec, WorkerCounters, WorkerHello
-from subvec._slab import ChunkResult, EnvSlab, SlabResult
+from subvec._slab import ChunkResult, EnvSlab, SlabResult, env_metadata
 
 __all__ = ["worker_main"]
 
@@ -154,7 +154,7 @@ def worker_main(
             placement=report,
             observation_spaces=[env.observation_space for env in envs],
             action_spaces=[env.action_space for env in envs],
-            metadata=dict(envs[0].metadata),
+            metadata=env_metadata(envs[0]),
             render_mode=envs[0].render_mode,
             build_failures=failures,
         )

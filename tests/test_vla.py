@@ -1,0 +1,48 @@
+"""What robot-learning rollouts ask of a vector env (tests/vla_checks.py), on the process and
+in-process backends (tests/test_ray.py binds the same checks to Ray)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+
+from subvec import SubprocVectorEnv
+from subvec._inproc import InProcessVectorEnv
+from tests import vla_checks as checks
+
+pytestmark = pytest.mark.timeout(90)
+
+#: four envs on two workers (the checks' binding)
+two_workers = functools.partial(SubprocVectorEnv, num_workers=2)
+BACKENDS = pytest.mark.parametrize(
+    "make", [two_workers, InProcessVectorEnv], ids=["workers", "in_process"]
+)
+
+
+@BACKENDS
+def test_metadata_none_or_not_a_mapping_reads_as_empty(make: Any) -> None:
+    checks.check_metadata_none_and_non_dict(make)
+
+
+@BACKENDS
+def test_per_env_call_arguments(make: Any) -> None:
+    checks.check_per_env_call_arguments(make)
+
+
+def test_timeouts_per_command() -> None:
+    checks.check_timeouts_per_command(two_workers)
+
+
+@pytest.mark.parametrize("policy", ["raise", "restart"])
+def test_hung_reset_step_and_chunk_follow_the_failure_policy(policy: str) -> None:
+    checks.check_hung_reset_step_and_chunk(two_workers, policy)
+
+
+def test_hung_step_and_chunk_raise_within_their_bounds() -> None:
+    checks.check_hung_step_and_chunk_raise(two_workers)
+
+
+def test_sb3_env_method_takes_per_env_arguments() -> None:
+    checks.check_sb3_env_method_per_env(num_workers=2)

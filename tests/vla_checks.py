@@ -1,0 +1,248 @@
+"""Checks of what robot-learning rollouts ask of a vector env, written once and bound to each
+backend by tests/test_vla.py (process, in-process) and tests/test_ray.py (Ray).
+
+Each ``check_*`` takes ``make(env_fns, **kwargs) -> VectorEnv``, which must put four envs on two
+units of two envs each (in-process: one unit). The timeout checks need units that can hang
+apart from the parent (process and Ray only).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from subvec import PerEnv, WorkerTimeoutError
+from tests.envs import ZooEnv
+
+Make = Callable[..., Any]
+
+ACTIONS = np.zeros(4, dtype=np.int64)
+
+
+class ArmedEnv(ZooEnv):
+    """An endless env with the hooks the checks drive: an initial state set per env (as
+    LIBERO's ``set_init_state``), and a reset or step armed to sleep (a render that hangs)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(max_steps=10**6, terminate_prob=0.0, quiet=True, **kw)
+        self.init_state: Any = None
+        self.settle: int = 0
+        #: ``{"reset": seconds, "step": seconds}``: the next such call sleeps that long
+        self.armed: dict[str, float] = {}
+
+    def set_init_state(self, state: Any, settle: int = 0) -> tuple[Any, int]:
+        self.init_state, self.settle = state, settle
+        return state, settle
+
+    def arm(self, where: str, seconds: float) -> None:
+        self.armed[where] = seconds
+
+    def _sleep_if_armed(self, where: str) -> None:
+        seconds = self.armed.pop(where, 0.0)
+        if seconds:
+            time.sleep(seconds)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self._sleep_if_armed("reset")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: Any):
+        self._sleep_if_armed("step")
+        return super().step(action)
+
+
+class NoMetadataEnv(ArmedEnv):
+    """robosuite's ``GymWrapper`` (and LIBERO's envs through it): ``metadata = None``."""
+
+    metadata = None  # type: ignore[assignment]
+
+
+class ReadOnlyMetadataEnv(ArmedEnv):
+    """Metadata as a read-only mapping (not a dict)."""
+
+    metadata = types.MappingProxyType({"render_fps": 12})  # type: ignore[assignment]
+
+
+class ListMetadataEnv(ArmedEnv):
+    """Metadata that is no mapping at all."""
+
+    metadata = ["not", "a", "mapping"]  # type: ignore[assignment]
+
+
+armed = functools.partial(ArmedEnv)
+
+
+# --- metadata ---------------------------------------------------------------------------------
+
+
+def check_metadata_none_and_non_dict(make: Make) -> None:
+    """An env whose metadata is None (robosuite) or no mapping builds, reads as ``{}`` plus the
+    autoreset mode, and steps; a read-only mapping is copied into a dict."""
+    for cls, expected in (
+        (NoMetadataEnv, {}),
+        (ListMetadataEnv, {}),
+        (ReadOnlyMetadataEnv, {"render_fps": 12}),
+    ):
+        with make([cls] * 4) as envs:
+            assert type(envs.metadata) is dict
+            mode = envs.metadata.pop("autoreset_mode")
+            assert isinstance(mode, gym.vector.AutoresetMode)
+            assert envs.metadata == expected, (cls.__name__, envs.metadata)
+            envs.metadata["autoreset_mode"] = mode
+            # gymnasium's vector wrappers read the metadata: they work over it
+            wrapped = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+            wrapped.reset(seed=0)
+            wrapped.step(ACTIONS)
+            assert envs.get_attr("t") == (1, 1, 1, 1)
+
+
+# --- per-env call arguments -------------------------------------------------------------------
+
+
+def check_per_env_call_arguments(make: Make) -> None:
+    """A PerEnv argument gives the j-th env called its j-th value, positional or keyword, with
+    or without env_ids (in any order), next to arguments every env shares; a length that is
+    not the number of envs called is refused before anything is sent."""
+    with make([armed] * 4) as envs:
+        envs.reset(seed=0)
+        states = [np.full(2, i, dtype=np.float32) for i in range(4)]
+        got = envs.call("set_init_state", PerEnv(states), settle=3)
+        for i, (state, settle) in enumerate(got):
+            np.testing.assert_array_equal(state, states[i])
+            assert settle == 3
+        np.testing.assert_array_equal(np.stack(envs.get_attr("init_state")), np.stack(states))
+        # env_ids out of order, across both units, a keyword PerEnv
+        ids = [3, 0, 2]
+        got = envs.call(
+            "set_init_state", PerEnv(["a", "b", "c"]), env_ids=ids, settle=PerEnv([7, 8, 9])
+        )
+        assert got == (("a", 7), ("b", 8), ("c", 9))
+        kept = envs.get_attr("init_state")
+        assert (kept[0], kept[2], kept[3]) == ("b", "c", "a")
+        np.testing.assert_array_equal(kept[1], states[1])  # env 1 was not called
+        assert envs.get_attr("settle") == (8, 3, 9, 7)
+        # GRPO groups: two init states, each repeated over a group of two envs
+        group = [s for s in ("s0", "s1") for _ in range(2)]
+        envs.call("set_init_state", PerEnv(group))
+        assert envs.get_attr("init_state") == ("s0", "s0", "s1", "s1")
+        with pytest.raises(
+            ValueError, match=r"PerEnv argument 0 has 3 values, expected one per env called \(4\)"
+        ):
+            envs.call("set_init_state", PerEnv([1, 2, 3]))
+        with pytest.raises(ValueError, match=r"keyword 'settle' has 1 values, expected .* \(2\)"):
+            envs.call("set_init_state", 0, env_ids=[1, 2], settle=PerEnv([1]))
+        # nothing was sent, and the vector env is still usable
+        assert envs.get_attr("init_state") == ("s0", "s0", "s1", "s1")
+        envs.step(ACTIONS)
+        assert envs.get_attr("t") == (1, 1, 1, 1)
+    with pytest.raises(TypeError, match="sequence of one value per env"):
+        PerEnv(5)  # type: ignore[arg-type]
+
+
+# --- per-command timeouts ---------------------------------------------------------------------
+
+
+def check_timeouts_per_command(make: Make) -> None:
+    """``timeout={"reset": ..., "step": ..., "call": ...}``: a reset slower than the step's
+    bound but within the reset's succeeds, as does a chunk whose K sub-steps take longer than
+    one step's bound but less than K of them; a call is bounded by its own."""
+    bounds = {"reset": 30.0, "step": 0.8, "call": 30.0}
+    with make([armed] * 4, timeout=bounds) as envs:
+        assert envs.timeouts.reset == 30.0 and envs.timeouts.step == 0.8
+        envs.reset(seed=0)
+        envs.call("arm", "reset", 2.0, env_ids=[1])
+        envs.reset(seed=1)  # 2 s > the step's 0.8 s: bounded by the reset's 30 s
+        envs.step(ACTIONS)
+        # each sub-step of env 2 sleeps 0.4 s: 5 of them (2 s) within 5 x 0.8 s
+        envs.call("arm", "step", 0.4, env_ids=[2])
+        envs.set_attr("step_seconds", [0.4], env_ids=[2])
+        out = envs.step_chunk(np.zeros((4, 5), dtype=np.int64))
+        assert list(out[4]["chunk_steps"]) == [5, 5, 5, 5]
+        envs.set_attr("step_seconds", [0.0], env_ids=[2])
+        assert envs.get_attr("t") == (6, 6, 6, 6)
+
+
+def check_hung_reset_step_and_chunk(make: Make, policy: str) -> None:
+    """A reset, a step and a chunk that hang past their own bounds raise WorkerTimeoutError
+    naming the unit's envs (``"raise"``), or have that unit replaced and its envs reported
+    truncated with ``worker_restarted`` (``"restart"``); the other unit carries on."""
+    bounds = {"reset": 3.0, "step": 1.0}
+    restart = policy == "restart"
+    kwargs: dict[str, Any] = {"timeout": bounds, "on_worker_failure": policy}
+    with make([armed] * 4, **kwargs) as envs:
+        envs.reset(seed=0)
+        # a hung reset
+        envs.call("arm", "reset", 60.0, env_ids=[3])
+        start = time.monotonic()
+        if restart:
+            _, infos = envs.reset(seed=1)
+            assert list(infos["_worker_restarted"]) == [False, False, True, True]
+        else:
+            with pytest.raises(WorkerTimeoutError) as info:
+                envs.reset(seed=1)
+            assert info.value.env_indices == (2, 3)
+            assert "3" in str(info.value) or "within" in str(info.value)
+        assert time.monotonic() - start < 3.0 + 15.0  # bounded by the reset's 3 s, not 60
+        if not restart:
+            envs.close(terminate=True)
+            return
+        # a hung step
+        envs.call("arm", "step", 60.0, env_ids=[0])
+        _, _, _, trunc, infos = envs.step(ACTIONS)
+        assert list(trunc) == [True, True, False, False]
+        assert list(infos["_worker_restarted"]) == [True, True, False, False]
+        # a hung chunk: K = 4 sub-steps of 1 s each at most; env 1 hangs at its first
+        envs.call("arm", "step", 60.0, env_ids=[1])
+        start = time.monotonic()
+        out = envs.step_chunk(np.zeros((4, 4), dtype=np.int64))
+        assert time.monotonic() - start < 4.0 + 15.0
+        trunc = out[3]
+        assert trunc[0].any() and trunc[1].any() and not trunc[2:].any()
+        assert len(envs.restarts) == 3
+        envs.step(ACTIONS)
+
+
+def check_hung_step_and_chunk_raise(make: Make) -> None:
+    """Under ``"raise"``: a hung step and a hung chunk raise WorkerTimeoutError within their
+    bounds (the chunk's K times the step's), naming the unit's envs."""
+    for chunk in (None, 4):
+        with make([armed] * 4, timeout={"reset": 30.0, "step": 1.0}) as envs:
+            envs.reset(seed=0)
+            envs.call("arm", "step", 60.0, env_ids=[2])
+            start = time.monotonic()
+            with pytest.raises(WorkerTimeoutError) as info:
+                if chunk is None:
+                    envs.step(ACTIONS)
+                else:
+                    envs.step_chunk(np.zeros((4, chunk), dtype=np.int64))
+            took = time.monotonic() - start
+            assert info.value.env_indices == (2, 3)
+            bound = 1.0 if chunk is None else 4.0
+            assert bound * 0.9 <= took < bound + 15.0, took
+            envs.close(terminate=True)
+
+
+def check_sb3_env_method_per_env(**kwargs: Any) -> None:
+    """The SB3 face's ``env_method`` with indices (repeats included) hands each index its own
+    value of a PerEnv argument; without indices, env i gets value i."""
+    from subvec.sb3 import SubprocVecEnv
+
+    envs = SubprocVecEnv([armed] * 4, **kwargs)
+    try:
+        envs.reset()
+        got = envs.env_method("set_init_state", PerEnv(["x", "y", "z"]), indices=[2, 0, 2])
+        assert got == [("x", 0), ("y", 0), ("z", 0)]
+        assert envs.get_attr("init_state") == ["y", None, "z", None]  # the last call wins
+        got = envs.env_method("set_init_state", 1, settle=PerEnv([10, 11, 12, 13]))
+        assert got == [(1, 10), (1, 11), (1, 12), (1, 13)]
+        with pytest.raises(ValueError, match="2 values, expected one per env called"):
+            envs.env_method("set_init_state", PerEnv([1, 2]), indices=[0])
+    finally:
+        envs.close()
