@@ -49,6 +49,7 @@ class InProcessVectorEnv(VectorFront):
         batch_size: how many envs ``recv()`` returns by default (asynchronous stepping).
         timeout: default timeout of every ``*_wait`` (kept for the common signature: envs in
             this process answer when their call returns).
+        freeze: as SubprocVectorEnv's.
 
     Raises:
         ValueError, TypeError: a bad option value.
@@ -65,6 +66,7 @@ class InProcessVectorEnv(VectorFront):
         info_format: str = "gymnasium",
         batch_size: int | None = None,
         timeout: TimeoutArg = None,
+        freeze: bool = False,
     ) -> None:
         super().__init__()
         self._configure(
@@ -77,8 +79,9 @@ class InProcessVectorEnv(VectorFront):
             max_restarts=0,
             batch_size=batch_size,
             observation_mode=observation_mode,
+            freeze=freeze,
         )
-        local = LocalShare(self.env_fns, 0, 0, self.autoreset_mode)
+        local = LocalShare(self.env_fns, 0, 0, self.autoreset_mode, self.freeze)
         self._local: LocalShare | None = local
         try:
             self._take_hellos([Hello.of_envs(local.envs)])

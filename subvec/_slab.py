@@ -15,7 +15,10 @@ The autoreset logic mirrors gymnasium 1.x SyncVectorEnv so that results are byte
   final observation goes to an array instead, and the final event is left implicit when the
   final info is empty (:class:`FinalObsInBlock`).
 - DISABLED: the caller resets ended envs with ``reset(mask=...)``; stepping one is refused by the
-  vector env before it gets here.
+  vector env before it gets here, unless the slab *freezes* ended envs (``freeze``): then an
+  ended env is not stepped again until it is reset; each step (or chunk) it is given reports its
+  final observation again, reward 0, both flags False (the end was reported once, on the step
+  it happened) and the info ``{"frozen": True}``.
 
 Action chunks (:meth:`EnvSlab.step_chunk`): K sub-steps of each env in one call, each exactly
 the ``step()`` that env would have had, under the same autoreset mode (the env's needs-reset
@@ -253,11 +256,21 @@ class EnvSlab:
     """Owns ``envs`` (global indices ``first_index ..``) and steps them in order."""
 
     def __init__(
-        self, envs: Sequence[Env[Any, Any]], first_index: int, autoreset_mode: AutoresetMode
+        self,
+        envs: Sequence[Env[Any, Any]],
+        first_index: int,
+        autoreset_mode: AutoresetMode,
+        freeze: bool = False,
     ) -> None:
+        if freeze and autoreset_mode is not AutoresetMode.DISABLED:
+            raise ValueError(f"freeze needs autoreset_mode DISABLED, not {autoreset_mode}")
         self.envs = list(envs)
         self.first_index = first_index
         self.autoreset_mode = autoreset_mode
+        #: ended envs are frozen until reset (DISABLED only): see the module's docstring
+        self.freeze = freeze
+        #: with ``freeze``: each ended env's final observation, shown while it is frozen
+        self.final_obs: list[Any] = [None] * len(self.envs)
         self.needs_reset = [False] * len(self.envs)
         #: local index of the env being driven; tells error reports which env raised
         self.current = 0
@@ -332,6 +345,7 @@ class EnvSlab:
             arrays.terminations[i] = False
             arrays.truncations[i] = False
             self.needs_reset[i] = False
+            self.final_obs[i] = None
             if info:
                 result.infos.append((i, info))
         return result
@@ -374,6 +388,9 @@ class EnvSlab:
         rewards, terms, truncs = arrays.rewards, arrays.terminations, arrays.truncations
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        freeze = self.freeze
+        # an ended env is held back from env.step: reset (NEXT_STEP) or frozen (freeze)
+        held = next_step or freeze
         store_final = arrays.store_final_obs
         needs_reset = self.needs_reset
         result = SlabResult()
@@ -383,12 +400,15 @@ class EnvSlab:
         try:
             for i in indices:
                 try:
-                    if next_step and needs_reset[i]:
-                        obs, info = self._autoreset(i)
+                    if held and needs_reset[i]:
+                        if freeze:
+                            obs, info = self.final_obs[i], {"frozen": True}
+                        else:
+                            obs, info = self._autoreset(i)
+                            needs_reset[i] = False
                         rewards[i] = 0.0
                         terms[i] = False
                         truncs[i] = False
-                        needs_reset[i] = False
                     else:
                         obs, reward, terminated, truncated, info = self.envs[i].step(read(i))
                         try:
@@ -401,6 +421,8 @@ class EnvSlab:
                             obs, info = self._reset_at_end(i, obs, info, infos, store_final)
                         elif terminated or truncated:
                             needs_reset[i] = True
+                            if freeze:
+                                self.final_obs[i] = snapshot(obs)
                     if write is not None:
                         write(obs, i)
                     else:
@@ -483,6 +505,7 @@ class EnvSlab:
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         # An ended env must not be stepped until the caller resets it
         stop = stop_on_done or self.autoreset_mode is AutoresetMode.DISABLED
+        freeze = self.freeze
         rewards, terms, truncs = out.rewards, out.terminations, out.truncations
         write_sub = out.write_sub_obs
         steps = out.steps
@@ -513,6 +536,9 @@ class EnvSlab:
         executed = 0
         for i in every:
             self.current = i
+            if freeze and needs_reset[i]:
+                self._frozen_chunk(out, result, i, chunk, all_obs)
+                continue
             env = slab_envs[i]
             step = env.step
             # its K actions at once: one call per env, an index per sub-step
@@ -545,6 +571,8 @@ class EnvSlab:
                             else:
                                 needs_reset[i] = True
                                 pending = next_step
+                                if freeze:
+                                    self.final_obs[i] = snapshot(obs)
                     try:
                         cell_rewards[at + k] = reward
                         if terminated is not False:
@@ -590,6 +618,31 @@ class EnvSlab:
             executed += done
         result.executed = executed
         return result
+
+    def _frozen_chunk(
+        self, out: ChunkArrays, result: ChunkResult, i: int, chunk: int, all_obs: bool
+    ) -> None:
+        """A frozen env's chunk: no sub-step executed (``steps`` 0), rewards 0 and flags
+        False, its final observation as the chunk's (every sub-step's, with ``all_obs``),
+        and the event ``{"frozen": True}`` at sub-step 0."""
+        obs = self.final_obs[i]
+        out.rewards[i] = 0.0
+        out.steps[i] = 0
+        result.infos.append((i, 0, {"frozen": True}))
+        arrays = self.arrays
+        assert arrays is not None
+        if not all_obs:
+            if arrays.write_obs is not None:
+                arrays.write_obs(obs, i)
+            else:
+                self._emit_obs(result, i, obs)
+        elif out.write_sub_obs is not None:
+            for k in range(chunk):
+                out.write_sub_obs(obs, i, k)
+        else:
+            if result.sub_obs is None:
+                result.sub_obs = []
+            result.sub_obs.append((i, [obs]))
 
     def call(
         self,

@@ -185,6 +185,7 @@ class RayVectorEnv(VectorFront):
             ``actor_options={"runtime_env": {"env_vars": ...}}``.
         build_retries: as SubprocVectorEnv's, in each actor's workers (the failed attempts
             are recorded in the actor's vector env, not here).
+        freeze: as SubprocVectorEnv's.
 
     Raises:
         PlacementError: the placement group asks for more than the cluster has, or is not
@@ -216,6 +217,7 @@ class RayVectorEnv(VectorFront):
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         worker_env: WorkerEnvSpec = None,
         build_retries: int = 0,
+        freeze: bool = False,
     ) -> None:
         super().__init__()
         self._configure(
@@ -229,6 +231,7 @@ class RayVectorEnv(VectorFront):
             batch_size=batch_size,
             start_timeout=start_timeout,
             observation_mode=observation_mode,
+            freeze=freeze,
         )
         if context is not None:
             multiprocessing.get_context(context)  # ValueError: cannot find context for '...'
@@ -289,6 +292,7 @@ class RayVectorEnv(VectorFront):
                 blobs=blobs,
                 inner={
                     "autoreset_mode": self.autoreset_mode,
+                    "freeze": self.freeze,
                     "on_worker_failure": self.on_worker_failure,
                     "max_restarts": self.max_restarts,
                     "start_timeout": self.start_timeout,

@@ -167,6 +167,13 @@ class SubprocVectorEnv(VectorFront):
             same worker, after a short pause (0.1 s, doubling, at most 2 s); each failed
             attempt is in ``build_failures``. When every attempt fails, the last error is
             raised (its type kept, naming the env).
+        freeze: fixed-horizon rollouts (needs ``autoreset_mode`` DISABLED, which it implies
+            when none is given): an env whose episode ended is not stepped again until it is
+            reset. ``step``, ``step_chunk`` and ``send`` give it its final observation again,
+            reward 0, both flags False (its end is reported once, on the step it happened, so
+            gymnasium's RecordEpisodeStatistics counts each episode once) and the info
+            ``frozen`` True (a chunk: at sub-step 0, with ``chunk_steps`` 0); a masked
+            ``reset(options={"reset_mask": mask})`` starts its next episode.
 
     Raises:
         NotImplementedError: the platform cannot run the workers (Windows; see
@@ -207,6 +214,7 @@ class SubprocVectorEnv(VectorFront):
         worker_env: WorkerEnvSpec = None,
         max_concurrent_starts: int | None = None,
         build_retries: int = 0,
+        freeze: bool = False,
     ) -> None:
         super().__init__()
         check_platform()
@@ -230,6 +238,7 @@ class SubprocVectorEnv(VectorFront):
             batch_size=batch_size,
             start_timeout=start_timeout,
             observation_mode=observation_mode,
+            freeze=freeze,
         )
         #: threads per pool in each worker (None: the libraries' own default)
         self.worker_threads = check_threads(worker_threads)
@@ -284,6 +293,7 @@ class SubprocVectorEnv(VectorFront):
             max_concurrent_starts=max_concurrent_starts,
             build_retries=build_retries,
             wake=self.layout.wake,
+            freeze=self.freeze,
         )
         self._finalizer = weakref.finalize(self, release, self._pool.resources)
         # The tracker must run before any worker exists so that all share it (see _shm).
@@ -296,7 +306,7 @@ class SubprocVectorEnv(VectorFront):
             if self.parent_envs:  # built here while the workers build theirs
                 first = self.num_envs - self.parent_envs
                 self._local = LocalShare(
-                    self.env_fns[first:], first, self.num_workers, self.autoreset_mode
+                    self.env_fns[first:], first, self.num_workers, self.autoreset_mode, self.freeze
                 )
             self._pool.handshake(self._pool.workers, start_timeout)
             hellos: list[EnvsHello] = [w.hello for w in self._pool.workers if w.hello]

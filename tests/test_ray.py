@@ -657,3 +657,19 @@ def test_hung_reset_step_and_chunk_follow_the_failure_policy_on_ray(policy: str)
 
 def test_hung_step_and_chunk_raise_within_their_bounds_on_ray() -> None:
     vla_checks.check_hung_step_and_chunk_raise(RayEnvs)
+
+
+def test_freeze_step_against_single_envs_and_masked_reset_on_ray() -> None:
+    vla_checks.check_freeze_step_and_masked_reset(RayEnvs)
+
+
+def test_freeze_chunks_against_single_envs_on_ray() -> None:
+    vla_checks.check_freeze_chunks(RayEnvs)
+
+
+def test_freeze_send_recv_against_single_envs_on_ray() -> None:
+    vla_checks.check_freeze_send_recv(RayEnvs)
+
+
+def test_freeze_under_record_episode_statistics_and_normalize_reward_on_ray() -> None:
+    vla_checks.check_freeze_under_gymnasium_wrappers(RayEnvs)

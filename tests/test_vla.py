@@ -46,3 +46,23 @@ def test_hung_step_and_chunk_raise_within_their_bounds() -> None:
 
 def test_sb3_env_method_takes_per_env_arguments() -> None:
     checks.check_sb3_env_method_per_env(num_workers=2)
+
+
+@BACKENDS
+def test_freeze_step_against_single_envs_and_masked_reset(make: Any) -> None:
+    checks.check_freeze_step_and_masked_reset(make)
+
+
+@BACKENDS
+def test_freeze_chunks_against_single_envs(make: Any) -> None:
+    checks.check_freeze_chunks(make)
+
+
+@BACKENDS
+def test_freeze_send_recv_against_single_envs(make: Any) -> None:
+    checks.check_freeze_send_recv(make)
+
+
+@BACKENDS
+def test_freeze_under_record_episode_statistics_and_normalize_reward(make: Any) -> None:
+    checks.check_freeze_under_gymnasium_wrappers(make)

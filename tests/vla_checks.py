@@ -246,3 +246,177 @@ def check_sb3_env_method_per_env(**kwargs: Any) -> None:
             envs.env_method("set_init_state", PerEnv([1, 2]), indices=[0])
     finally:
         envs.close()
+
+
+# --- freeze -----------------------------------------------------------------------------------
+
+
+def ending(max_steps: int) -> gym.Env[Any, Any]:
+    """Episodes that end at random (terminated) or after ``max_steps`` (truncated)."""
+    return ZooEnv(max_steps=max_steps, terminate_prob=0.2, quiet=True)
+
+
+#: four envs whose episodes end at different steps
+ENDING = [functools.partial(ending, m) for m in (3, 5, 7, 9)]
+
+
+class FreezeOracle:
+    """Single envs stepped by hand as freeze says: once an episode ended, the env is not
+    stepped again until reset; its steps report its final observation, reward 0, flags False,
+    frozen True."""
+
+    def __init__(self, env_fns: list[Any], seed: int) -> None:
+        self.envs = [fn() for fn in env_fns]
+        self.obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
+        self.frozen = [False] * len(self.envs)
+        self.ended = [False] * len(self.envs)
+        #: each real episode's length, in the order they ended
+        self.lengths: list[int] = []
+        self.t = [0] * len(self.envs)
+
+    def step(self, i: int, action: Any) -> tuple[Any, float, bool, bool, bool]:
+        if self.ended[i]:
+            self.frozen[i] = True
+            return self.obs[i], 0.0, False, False, True
+        obs, reward, term, trunc, _ = self.envs[i].step(action)
+        self.t[i] += 1
+        self.obs[i] = obs
+        if term or trunc:
+            self.ended[i] = True
+            self.lengths.append(self.t[i])
+        return obs, float(reward), bool(term), bool(trunc), False
+
+    def reset(self, i: int) -> Any:
+        self.obs[i] = self.envs[i].reset()[0]
+        self.ended[i] = self.frozen[i] = False
+        self.t[i] = 0
+        return self.obs[i]
+
+
+def _frozen_mask(infos: dict[str, Any], n: int) -> np.ndarray:
+    if "frozen" not in infos:
+        return np.zeros(n, dtype=bool)
+    return np.asarray(infos["frozen"], dtype=bool) & np.asarray(infos["_frozen"], dtype=bool)
+
+
+def check_freeze_step_and_masked_reset(make: Make) -> None:
+    """freeze: ``step`` against single envs stepped by hand; a frozen env's ``t`` stops (it is
+    not stepped); a masked reset unfreezes exactly the masked envs; metadata keeps the real
+    AutoresetMode (DISABLED)."""
+    ref = FreezeOracle(ENDING, seed=3)
+    with make(ENDING, freeze=True) as envs:
+        assert envs.metadata["autoreset_mode"] is gym.vector.AutoresetMode.DISABLED
+        assert envs.freeze
+        obs, _ = envs.reset(seed=3)
+        np.testing.assert_array_equal(obs, np.stack(ref.obs))
+        for t in range(14):
+            if t == 10:  # unfreeze envs 0 and 2 (ended by now), keep 1 and 3 as they are
+                mask = np.array([True, False, True, False])
+                assert all(ref.ended[i] for i in (0, 2))
+                obs, _ = envs.reset(options={"reset_mask": mask})
+                for i in (0, 2):
+                    np.testing.assert_array_equal(obs[i], ref.reset(i))
+            actions = np.array([(t + i) % 3 for i in range(4)])
+            obs, rew, term, trunc, infos = envs.step(actions)
+            want = [ref.step(i, actions[i]) for i in range(4)]
+            for i, (o, r, te, tr, fr) in enumerate(want):
+                np.testing.assert_array_equal(obs[i], o, err_msg=f"step {t} env {i}")
+                assert (rew[i], term[i], trunc[i]) == (r, te, tr), (t, i)
+                assert _frozen_mask(infos, 4)[i] == fr, (t, i, infos)
+        assert list(envs.get_attr("t")) == ref.t  # frozen envs were not stepped
+    for mode in ("NextStep", "SameStep"):  # those reset ended envs themselves
+        with pytest.raises(ValueError, match=r"freeze=True .* needs autoreset_mode=DISABLED"):
+            make(ENDING, freeze=True, autoreset_mode=mode)
+
+
+def check_freeze_chunks(make: Make) -> None:
+    """freeze with ``step_chunk``: an env that ends mid-chunk stops there (its end flagged at
+    that sub-step), a frozen env runs no sub-step (``chunk_steps`` 0, rewards 0, flags False,
+    its final observation, ``frozen`` at sub-step 0); ``all_obs`` repeats it over the chunk."""
+    K = 3
+    ref = FreezeOracle(ENDING, seed=5)
+    with make(ENDING, freeze=True) as envs:
+        envs.reset(seed=5)
+        for c in range(5):
+            all_obs = c % 2 == 1
+            actions = np.array([[(c + k + i) % 3 for k in range(K)] for i in range(4)])
+            obs, rew, term, trunc, infos = envs.step_chunk(actions, all_obs=all_obs)
+            for i in range(4):
+                frozen_at_start = ref.ended[i]
+                steps = 0
+                last = ref.obs[i]
+                for k in range(K):
+                    if ref.ended[i] and not frozen_at_start:  # stopped at its end
+                        assert (rew[i, k], term[i, k], trunc[i, k]) == (0.0, False, False)
+                        if all_obs:
+                            np.testing.assert_array_equal(obs[i, k], last)
+                        continue
+                    o, r, te, tr, fr = ref.step(i, actions[i, k])
+                    if fr:
+                        assert (rew[i, k], term[i, k], trunc[i, k]) == (0.0, False, False)
+                    else:
+                        steps += 1
+                        assert (rew[i, k], term[i, k], trunc[i, k]) == (r, te, tr), (c, i, k)
+                    last = o
+                    if all_obs:
+                        np.testing.assert_array_equal(obs[i, k], o)
+                assert infos["chunk_steps"][i] == steps, (c, i)
+                frozen = infos.get("frozen")
+                assert bool(frozen is not None and infos["_frozen"][i, 0]) == frozen_at_start
+                if not all_obs:
+                    np.testing.assert_array_equal(obs[i], last)
+        assert list(envs.get_attr("t")) == ref.t
+
+
+def check_freeze_send_recv(make: Make) -> None:
+    """freeze with ``send``/``recv``: each env's results are those of its single env stepped by
+    hand, a frozen env's named in ``infos["frozen"]``."""
+    ref = FreezeOracle(ENDING, seed=7)
+    with make(ENDING, freeze=True) as envs:
+        envs.reset(seed=7)
+        for t in range(12):
+            ids = [0, 1, 2, 3] if t % 2 == 0 else [3, 1]
+            actions = np.array([(t + i) % 3 for i in ids])
+            envs.send(actions, ids)
+            obs, rew, term, trunc, infos = envs.recv(min_envs=len(ids))
+            envs.drain()
+            got = {int(e): j for j, e in enumerate(infos["env_id"])}
+            assert sorted(got) == sorted(ids)
+            frozen = _frozen_mask(infos, len(ids))
+            for i, a in zip(ids, actions):
+                o, r, te, tr, fr = ref.step(i, a)
+                j = got[i]
+                np.testing.assert_array_equal(obs[j], o)
+                assert (rew[j], term[j], trunc[j], frozen[j]) == (r, te, tr, fr), (t, i)
+        assert list(envs.get_attr("t")) == ref.t
+
+
+def check_freeze_under_gymnasium_wrappers(make: Make) -> None:
+    """RecordEpisodeStatistics over freeze counts each episode once, with its true length and
+    return; NormalizeReward leaves a frozen env's reward at 0."""
+    ref = FreezeOracle(ENDING, seed=11)
+    returns: list[float] = []
+    running = [0.0] * 4
+    with make(ENDING, freeze=True) as envs:
+        stats = gym.wrappers.vector.RecordEpisodeStatistics(envs, buffer_length=100)
+        wrapped = gym.wrappers.vector.NormalizeReward(stats)
+        wrapped.reset(seed=11)
+        for t in range(20):
+            if t == 12:
+                mask = np.array(ref.ended)
+                wrapped.reset(options={"reset_mask": mask})
+                for i in np.flatnonzero(mask):
+                    ref.reset(int(i))
+            actions = np.array([(t * 7 + i) % 3 for i in range(4)])
+            _, rew, _, _, _ = wrapped.step(actions)
+            for i in range(4):
+                _, r, te, tr, fr = ref.step(i, actions[i])
+                if fr:
+                    assert rew[i] == 0.0
+                running[i] += r
+                if te or tr:
+                    returns.append(running[i])
+                    running[i] = 0.0
+        assert stats.episode_count == len(ref.lengths) >= 6
+        assert sorted(stats.length_queue) == sorted(ref.lengths)
+        np.testing.assert_allclose(sorted(stats.return_queue), sorted(returns))

@@ -54,6 +54,7 @@ from subvec._front.setup import (
     TimeoutArg,
     batched_spaces,
     check_batch_size,
+    check_freeze,
     check_info_format,
     check_observation_mode,
     check_timeouts,
@@ -104,6 +105,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         batch_size: int | None = None,
         start_timeout: float | None = None,
         observation_mode: ObservationMode = "same",
+        freeze: bool = False,
     ) -> None:
         """Keep the env factories and check and keep the options every backend shares
         (before any backend starts).
@@ -122,7 +124,13 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
         self.num_envs = num_envs
         #: how many envs ``recv()`` returns by default
         self.batch_size = check_batch_size(batch_size, num_envs)
+        if freeze and autoreset_mode is None:
+            autoreset_mode = AutoresetMode.DISABLED  # what freezing ended envs means
         self.autoreset_mode = check_info_format(info_format, autoreset_mode)
+        #: ended envs are not stepped again until reset (``EnvSlab``'s freeze; DISABLED)
+        self.freeze = check_freeze(freeze, self.autoreset_mode)
+        #: whether stepping an ended env is refused (DISABLED without freeze)
+        self._refuses_ended = self.autoreset_mode is AutoresetMode.DISABLED and not self.freeze
         self.info_format = info_format
         self.copy = bool(copy)
         #: each command's default bound (``timeout=``: one number, or one per command)
@@ -254,6 +262,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
             policy=self._policy,
             spaces=(self.single_observation_space, self.single_action_space),
             autoreset_mode=self.autoreset_mode,
+            refuses_ended=self._refuses_ended,
             info_format=self.info_format,
             batch_size=self.batch_size,
             hooks=FrontHooks(
@@ -565,7 +574,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
 
     def _begin_step(self, state: _State = _State.WAITING_STEP) -> None:
         self._begin(state)
-        if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset.any():
+        if self._refuses_ended and self._needs_reset.any():
             ended = np.flatnonzero(self._needs_reset).tolist()
             raise ValueError(
                 f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: reset them "

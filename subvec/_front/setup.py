@@ -33,6 +33,7 @@ __all__ = [
     "Timeouts",
     "batched_spaces",
     "check_batch_size",
+    "check_freeze",
     "check_info_format",
     "check_observation_mode",
     "check_timeouts",
@@ -131,6 +132,25 @@ class Timeouts:
         if not bounds or any(b is None for b in bounds):
             return None
         return max(b for b in bounds if b is not None)
+
+
+def check_freeze(freeze: object, autoreset_mode: AutoresetMode) -> bool:
+    """``freeze`` if it goes with ``autoreset_mode`` (only DISABLED: the other modes reset an
+    ended env themselves).
+
+    Raises:
+        ValueError: freeze with NEXT_STEP or SAME_STEP.
+        TypeError: not a bool.
+    """
+    if not isinstance(freeze, (bool, np.bool_)):
+        raise TypeError(f"freeze must be True or False, got {freeze!r}")
+    if freeze and autoreset_mode is not AutoresetMode.DISABLED:
+        raise ValueError(
+            f"freeze=True freezes ended envs until the caller resets them, which needs "
+            f"autoreset_mode=DISABLED (or no autoreset_mode); got {autoreset_mode}, which "
+            "resets them itself"
+        )
+    return bool(freeze)
 
 
 def check_timeouts(timeout: object) -> Timeouts:

@@ -43,8 +43,10 @@ class LocalShare:
         lo: int,
         index: int,
         autoreset_mode: AutoresetMode,
+        freeze: bool = False,
     ) -> None:
-        """Build the envs (in the parent, while the workers build theirs).
+        """Build the envs (in the parent, while the workers build theirs); ``freeze``: they
+        freeze when their episodes end (``EnvSlab``).
 
         Raises:
             EnvError: an env factory raised (its type kept, naming the env).
@@ -61,7 +63,7 @@ class LocalShare:
             record = ErrorRecord.capture(exc, lo + len(envs), "make")
             error = rebuild_remote_error(record, os.getpid())
             raise error from error.__cause__  # the traceback as the cause, as a worker's
-        self.slab = EnvSlab(envs, lo, autoreset_mode)
+        self.slab = EnvSlab(envs, lo, autoreset_mode, freeze)
         self._pending: Callable[[], Any] | None = None
         self._command = Command.STEP_ENVS
         #: the chunk block, mapped here as a worker maps it (``_process.chunks``)

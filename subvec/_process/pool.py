@@ -98,6 +98,7 @@ class WorkerPool:
         build_retries: how many more times a worker calls a factory that raised.
         wake: ``"futex"``: after ATTACH, wake the workers and learn of their plain answers
             through the block (``subvec._process.wake``); ``"pipes"``: by the pipes alone.
+        freeze: the workers' envs freeze when their episodes end (``EnvSlab``; DISABLED).
     """
 
     inline = False
@@ -121,6 +122,7 @@ class WorkerPool:
         max_concurrent_starts: int | None = None,
         build_retries: int = 0,
         wake: str = PIPES,
+        freeze: bool = False,
     ) -> None:
         self.ctx = ctx
         self.wake = wake
@@ -135,6 +137,7 @@ class WorkerPool:
         self.registry = registry
         self.bounds = list(bounds)
         self.autoreset_mode = autoreset_mode
+        self.freeze = freeze
         self.placements = placements
         self.daemon = daemon
         self.resources = PoolResources()
@@ -214,6 +217,7 @@ class WorkerPool:
                 environ,
                 self.resources.gate,
                 self.build_retries,
+                self.freeze,
             ),
             daemon=self.daemon,
         )

@@ -91,6 +91,7 @@ def worker_main(
     environ: dict[str, str | None] | None = None,
     gate: StartGate | None = None,
     build_retries: int = 0,
+    freeze: bool = False,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if threads is not None:
@@ -148,7 +149,7 @@ def worker_main(
                 pass  # the construction error is the one to report; it is already sent
         return
 
-    slab = EnvSlab(envs, first_env, AutoresetMode(autoreset_mode))
+    slab = EnvSlab(envs, first_env, AutoresetMode(autoreset_mode), freeze)
     try:
         hello = WorkerHello(
             placement=report,
