@@ -24,7 +24,7 @@ collects inline backends first, so they run while the others' units are busy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -110,6 +110,11 @@ class Backend(Protocol):
     ) -> Collected: ...
 
     def restart(self, unit: Any, timeout: float | None) -> Unit: ...
+
+    def set_factories(self, blobs: Mapping[int, bytes]) -> None:
+        """From now on, a restart builds env ``i`` (of this backend's) from ``blobs[i]``
+        (a reconfigure's new factories; envs of other backends are ignored)."""
+        ...
 
     def dead(self) -> list[Any]: ...
 

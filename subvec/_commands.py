@@ -24,6 +24,7 @@ __all__ = [
     "Command",
     "ErrorRecord",
     "PerEnv",
+    "ReconfigurePayload",
     "ResetOptionsPayload",
     "ResetPayload",
     "SetAttrPayload",
@@ -55,6 +56,8 @@ class Command(IntEnum):
     #: (no payload on the process wire: the worker's last chunk again, ``_process.chunks``)
     STATS = 8  # payload: empty; the reply is a pickled WorkerCounters
     SET_RESET_OPTIONS = 9  # payload: ResetOptionsPayload; the options of later autoresets
+    #: payload: ReconfigurePayload; build new envs beside the old (checked), then swap or drop
+    RECONFIGURE = 10
 
 
 class Status(IntEnum):
@@ -224,6 +227,18 @@ class PerEnv:
             return arg.values[j] if type(arg) is PerEnv else arg
 
         return tuple(value(a) for a in args), {k: value(v) for k, v in kwargs.items()}
+
+
+class ReconfigurePayload(NamedTuple):
+    """RECONFIGURE, in two steps: with ``factories``, build a new env for each of the unit's
+    envs ``envs`` (local indices) beside the old ones and check its spaces against the old
+    one's (an error drops them all, the old envs stay); without, ``commit``: swap the built
+    envs in (closing the old ones), or drop them."""
+
+    envs: Sequence[int]
+    #: one cloudpickled factory per env of ``envs`` (None: the second step)
+    factories: Sequence[bytes] | None = None
+    commit: bool = False
 
 
 class SetAttrPayload(NamedTuple):

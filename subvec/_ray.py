@@ -22,7 +22,7 @@ driver's side, the backend the front speaks to (``_backend``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -455,6 +455,10 @@ class RayActors:
             self._truncations[where] = reply.truncations
         if self._observations is not None:
             _assign_rows(self._observations, reply.obs, where)
+
+    def set_factories(self, blobs: Mapping[int, bytes]) -> None:
+        """A replacement actor builds env ``i`` from ``blobs[i]`` from now on."""
+        self.spawn.set_factories(blobs)  # type: ignore[attr-defined]
 
     def restart(self, unit: Any, timeout: float | None) -> Unit:
         """Kill ``unit``'s actor and create a fresh one in the same bundle, its envs built (not

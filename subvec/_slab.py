@@ -271,6 +271,8 @@ class EnvSlab:
         self.freeze = freeze
         #: with ``freeze``: each ended env's final observation, shown while it is frozen
         self.final_obs: list[Any] = [None] * len(self.envs)
+        #: ``(local env, new env)`` built by a reconfigure, waiting for :meth:`commit`
+        self.staged: list[tuple[int, Env[Any, Any]]] = []
         self.needs_reset = [False] * len(self.envs)
         #: local index of the env being driven; tells error reports which env raised
         self.current = 0
@@ -402,7 +404,7 @@ class EnvSlab:
                 try:
                     if held and needs_reset[i]:
                         if freeze:
-                            obs, info = self.final_obs[i], {"frozen": True}
+                            obs, info = self._frozen_obs(i), {"frozen": True}
                         else:
                             obs, info = self._autoreset(i)
                             needs_reset[i] = False
@@ -619,13 +621,28 @@ class EnvSlab:
         result.executed = executed
         return result
 
+    def _frozen_obs(self, i: int) -> Any:
+        """The observation a frozen env ``i`` shows: its final one.
+
+        Raises:
+            RuntimeError: env ``i`` was replaced by ``reconfigure`` and not reset since (it
+                has no episode to show).
+        """
+        obs = self.final_obs[i]
+        if obs is None:
+            raise RuntimeError(
+                f"env {self.first_index + i} was replaced by reconfigure() and has not been "
+                "reset since: reset it (options={'reset_mask': mask}) before stepping it"
+            )
+        return obs
+
     def _frozen_chunk(
         self, out: ChunkArrays, result: ChunkResult, i: int, chunk: int, all_obs: bool
     ) -> None:
         """A frozen env's chunk: no sub-step executed (``steps`` 0), rewards 0 and flags
         False, its final observation as the chunk's (every sub-step's, with ``all_obs``),
         and the event ``{"frozen": True}`` at sub-step 0."""
-        obs = self.final_obs[i]
+        obs = self._frozen_obs(i)
         out.rewards[i] = 0.0
         out.steps[i] = 0
         result.infos.append((i, 0, {"frozen": True}))
@@ -689,9 +706,61 @@ class EnvSlab:
             self.current = i
             self.envs[i].set_wrapper_attr(name, values[j])
 
+    def stage(self, envs: Sequence[int], new: Sequence[Env[Any, Any]]) -> None:
+        """Keep ``new[j]`` to replace local env ``envs[j]`` at :meth:`commit`, once its spaces
+        are checked against the old env's (earlier staged envs are dropped first).
+
+        Raises:
+            ValueError: a new env's observation or action space differs from the old one's
+                (``current`` names the env; every new env is closed, the old ones stay).
+        """
+        self.abort()
+        for local, env in zip(envs, new):
+            old = self.envs[local]
+            for what in ("observation_space", "action_space"):
+                if getattr(env, what) != getattr(old, what):
+                    self.current = local
+                    _close_quietly(new)
+                    raise ValueError(
+                        f"reconfigure: the new env has {what} {getattr(env, what)}, "
+                        f"the vector env's is "
+                        f"{getattr(old, what)}; the old envs are kept"
+                    )
+        self.staged = list(zip(envs, new))
+
+    def commit(self) -> None:
+        """Swap the staged envs in and close the old ones (their close errors are dropped:
+        they are gone either way). A new env starts with no episode: it waits for a reset
+        (``needs_reset``: NEXT_STEP resets it on its next step, freeze refuses to step it),
+        except under SAME_STEP, which keeps every env in an episode: it is reset here (its
+        observation is not reported). Its stored reset options are kept.
+
+        Raises:
+            Exception: (SAME_STEP) a new env's reset raised; the other envs are swapped in.
+        """
+        staged, self.staged = self.staged, []
+        old = []
+        for local, env in staged:
+            old.append(self.envs[local])
+            self.envs[local] = env
+            self.needs_reset[local] = True
+            self.final_obs[local] = None
+        _close_quietly(old)
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            for local, _ in staged:
+                self.current = local
+                self._autoreset(local)
+                self.needs_reset[local] = False
+
+    def abort(self) -> None:
+        """Close and drop the staged envs, if any."""
+        staged, self.staged = self.staged, []
+        _close_quietly([env for _, env in staged])
+
     def close(self) -> None:
         """Close every env; the first failure is re-raised after all were tried, with
         ``current`` naming the env that raised it (not the last one closed)."""
+        self.abort()
         first: BaseException | None = None
         failed = 0
         for i, env in enumerate(self.envs):
@@ -703,3 +772,12 @@ class EnvSlab:
         if first is not None:
             self.current = failed
             raise first
+
+
+def _close_quietly(envs: Sequence[Env[Any, Any]]) -> None:
+    """Close ``envs``, dropping their close errors (envs being discarded either way)."""
+    for env in envs:
+        try:
+            env.close()
+        except Exception:
+            pass  # nothing to report to: the env is dropped

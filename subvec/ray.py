@@ -122,6 +122,11 @@ class _Spawner:
         actor = self.actor_class.options(scheduling_strategy=strategy, **self.options)
         return actor.remote(self.blobs[lo:hi], lo, inner, self.registry, self.caps, replaces)
 
+    def set_factories(self, blobs: Mapping[int, bytes]) -> None:
+        """Build env ``i`` from ``blobs[i]`` from now on (a reconfigure's)."""
+        for env, blob in blobs.items():
+            self.blobs[env] = blob
+
 
 class RayVectorEnv(VectorFront):
     """Run ``len(env_fns)`` envs on Ray actors, each holding a local SubprocVectorEnv.

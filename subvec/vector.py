@@ -306,7 +306,12 @@ class SubprocVectorEnv(VectorFront):
             if self.parent_envs:  # built here while the workers build theirs
                 first = self.num_envs - self.parent_envs
                 self._local = LocalShare(
-                    self.env_fns[first:], first, self.num_workers, self.autoreset_mode, self.freeze
+                    self.env_fns[first:],
+                    first,
+                    self.num_workers,
+                    self.autoreset_mode,
+                    self.freeze,
+                    build_retries,
                 )
             self._pool.handshake(self._pool.workers, start_timeout)
             hellos: list[EnvsHello] = [w.hello for w in self._pool.workers if w.hello]

@@ -673,3 +673,24 @@ def test_freeze_send_recv_against_single_envs_on_ray() -> None:
 
 def test_freeze_under_record_episode_statistics_and_normalize_reward_on_ray() -> None:
     vla_checks.check_freeze_under_gymnasium_wrappers(RayEnvs)
+
+
+def actor_worker_pids(envs: RayVectorEnv) -> list[int]:
+    return [pid for record in envs.placement for pid in record.worker_pids]
+
+
+def test_reconfigure_all_and_some_envs_inside_the_live_actors() -> None:
+    vla_checks.check_reconfigure_all_and_some(RayEnvs, actor_worker_pids)
+
+
+def test_reconfigure_refused_keeps_the_old_envs_on_ray(tmp_path: Path) -> None:
+    vla_checks.check_reconfigure_refused_keeps_the_old_envs(RayEnvs, str(tmp_path))
+
+
+def test_reconfigured_envs_wait_for_a_reset_on_ray() -> None:
+    vla_checks.check_reconfigure_waits_for_a_reset(RayEnvs)
+
+
+@pytest.mark.parametrize("policy", ["raise", "restart"])
+def test_reconfigure_with_an_actor_worker_dying(policy: str) -> None:
+    vla_checks.check_reconfigure_with_a_unit_dying(RayEnvs, policy)

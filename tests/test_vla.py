@@ -4,6 +4,8 @@ in-process backends (tests/test_ray.py binds the same checks to Ray)."""
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,3 +68,33 @@ def test_freeze_send_recv_against_single_envs(make: Any) -> None:
 @BACKENDS
 def test_freeze_under_record_episode_statistics_and_normalize_reward(make: Any) -> None:
     checks.check_freeze_under_gymnasium_wrappers(make)
+
+
+def worker_pids(envs: Any) -> list[int]:
+    return list(getattr(envs, "worker_pids", [os.getpid()]))
+
+
+@BACKENDS
+def test_reconfigure_all_and_some_envs_inside_the_live_units(make: Any) -> None:
+    checks.check_reconfigure_all_and_some(make, worker_pids)
+
+
+@BACKENDS
+def test_reconfigure_refused_keeps_the_old_envs(make: Any, tmp_path: Path) -> None:
+    checks.check_reconfigure_refused_keeps_the_old_envs(make, str(tmp_path))
+
+
+@BACKENDS
+def test_reconfigured_envs_wait_for_a_reset(make: Any) -> None:
+    checks.check_reconfigure_waits_for_a_reset(make)
+
+
+@pytest.mark.parametrize("policy", ["raise", "restart"])
+def test_reconfigure_with_a_worker_dying(policy: str) -> None:
+    checks.check_reconfigure_with_a_unit_dying(two_workers, policy)
+
+
+def test_reconfigure_under_start_tokens() -> None:
+    # one worker builds at a time: the second waits for the first's token, no deadlock
+    make = functools.partial(SubprocVectorEnv, num_workers=2, max_concurrent_starts=1)
+    checks.check_reconfigure_all_and_some(make, worker_pids)

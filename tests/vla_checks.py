@@ -9,6 +9,7 @@ apart from the parent (process and Ray only).
 from __future__ import annotations
 
 import functools
+import os
 import time
 import types
 from collections.abc import Callable
@@ -420,3 +421,144 @@ def check_freeze_under_gymnasium_wrappers(make: Make) -> None:
         assert stats.episode_count == len(ref.lengths) >= 6
         assert sorted(stats.length_queue) == sorted(ref.lengths)
         np.testing.assert_allclose(sorted(stats.return_queue), sorted(returns))
+
+
+# --- reconfigure ------------------------------------------------------------------------------
+
+
+class TaskEnv(ArmedEnv):
+    """An env of a task (LIBERO's ``OffScreenRenderEnv(**task)``); ``built_by`` names the
+    process that built it."""
+
+    def __init__(self, task: str = "A", obs_shape: tuple[int, ...] = (3,)) -> None:
+        super().__init__(obs_space=gym.spaces.Box(0, 1, obs_shape))
+        self.task = task
+        self.built_by = os.getpid()
+
+
+def task(name: str, obs_shape: tuple[int, ...] = (3,)) -> Any:
+    return functools.partial(TaskEnv, name, obs_shape)
+
+
+def raising_env() -> gym.Env[Any, Any]:
+    raise OSError("the task's assets are missing")
+
+
+class FlakyFactory:
+    """Raises on its first call in each process (a render context that fails to start once),
+    then builds ``task``."""
+
+    def __init__(self, name: str, tries_dir: str) -> None:
+        self.name, self.tries_dir = name, tries_dir
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        mark = os.path.join(self.tries_dir, f"tried-{os.getpid()}-{id(self)}")
+        if not os.path.exists(mark):
+            open(mark, "w").close()
+            raise RuntimeError("EGL context failed to start")
+        return TaskEnv(self.name)
+
+
+def dying_env() -> gym.Env[Any, Any]:
+    os._exit(7)
+
+
+def check_reconfigure_all_and_some(make: Make, unit_pids: Callable[[Any], list[int]]) -> None:
+    """Every env, then some envs, swapped inside the live units (no new process): the new
+    envs are the new factories', built in the units' processes; the others keep their
+    episodes; the next reset starts the new envs' episodes, with the seeds as for any env."""
+    with make([task("A")] * 4) as envs:
+        envs.reset(seed=0)
+        envs.step(ACTIONS)
+        pids = unit_pids(envs)
+        envs.reconfigure([task("B")] * 4)
+        assert unit_pids(envs) == pids
+        assert envs.get_attr("task") == ("B",) * 4
+        assert envs.get_attr("t") == (0, 0, 0, 0)  # new envs: no step taken
+        obs, _ = envs.reset(seed=5)
+        ref = [TaskEnv("B") for _ in range(4)]
+        np.testing.assert_array_equal(
+            obs, np.stack([r.reset(seed=5 + i)[0] for i, r in enumerate(ref)])
+        )
+        envs.step(ACTIONS)
+        envs.step(ACTIONS)
+        # some envs, out of order: the others carry on where they were
+        envs.reconfigure([task("C"), task("D")], env_ids=[3, 1])
+        assert unit_pids(envs) == pids
+        assert envs.get_attr("task") == ("B", "D", "B", "C")
+        assert envs.get_attr("t") == (2, 0, 2, 0)
+        assert envs.env_fns[3].args == ("C", (3,))
+        mask = np.array([False, True, False, True])
+        envs.reset(seed=9, options={"reset_mask": mask})
+        envs.step(ACTIONS)
+        assert envs.get_attr("t") == (3, 1, 3, 1)
+        with pytest.raises(ValueError, match="2 env factories for 1 envs"):
+            envs.reconfigure([task("E")] * 2, env_ids=[0])
+
+
+def check_reconfigure_refused_keeps_the_old_envs(make: Make, tries_dir: str) -> None:
+    """A space mismatch and a factory that raises are errors naming the env; every unit drops
+    its new envs and the old ones carry on. With ``build_retries`` a factory that fails once
+    is tried again in the same unit."""
+    with make([task("A")] * 4) as envs:
+        envs.reset(seed=0)
+        envs.step(ACTIONS)
+        mismatch = r"new env has observation_space Box\(0.0, 1.0, \(5,\), .* is Box\(.*\(3,\)"
+        with pytest.raises(ValueError, match=mismatch) as mismatched:
+            envs.reconfigure([task("B"), task("B"), task("B", (5,)), task("B")])
+        assert mismatched.value.env_index == 2  # type: ignore[attr-defined]
+        assert envs.get_attr("task") == ("A",) * 4 and envs.get_attr("t") == (1, 1, 1, 1)
+        with pytest.raises(OSError, match="assets are missing") as info:
+            envs.reconfigure([task("B"), raising_env], env_ids=[0, 3])
+        assert info.value.env_index == 3
+        assert envs.get_attr("task") == ("A",) * 4
+        envs.step(ACTIONS)
+        assert envs.get_attr("t") == (2, 2, 2, 2)
+        with pytest.raises(RuntimeError, match="EGL context failed"):
+            envs.reconfigure([FlakyFactory("B", tries_dir)], env_ids=[1])
+        assert envs.get_attr("task") == ("A",) * 4
+    with make([task("A")] * 4, build_retries=1) as envs:
+        envs.reset(seed=0)
+        envs.reconfigure([FlakyFactory("B", tries_dir)] * 4)
+        assert envs.get_attr("task") == ("B",) * 4
+
+
+def check_reconfigure_waits_for_a_reset(make: Make) -> None:
+    """The new envs start no episode: DISABLED refuses to step them until they are reset;
+    NEXT_STEP's next step resets them (reward 0, flags False)."""
+    with make([task("A")] * 4, autoreset_mode="Disabled") as envs:
+        envs.reset(seed=0)
+        envs.reconfigure([task("B")], env_ids=[2])
+        with pytest.raises(ValueError, match=r"envs \[2\] terminated or truncated"):
+            envs.step(ACTIONS)
+        envs.reset(options={"reset_mask": np.array([False, False, True, False])})
+        envs.step(ACTIONS)
+        assert envs.get_attr("t") == (1, 1, 1, 1)
+    with make([task("A")] * 4) as envs:
+        envs.reset(seed=0)
+        envs.reconfigure([task("B")], env_ids=[0])
+        _, rew, term, trunc, infos = envs.step(ACTIONS)
+        assert rew[0] == 0.0 and not term[0] and not trunc[0]
+        assert infos["_reset_count"][0]  # its reset's info
+        assert envs.get_attr("t") == (0, 1, 1, 1)
+
+
+def check_reconfigure_with_a_unit_dying(make: Make, policy: str) -> None:
+    """A unit dies while building its new envs: ``"raise"`` breaks the vector env and
+    ``reset()`` rebuilds that unit with its old envs; ``"restart"`` replaces it at once;
+    either way the error names the unit's envs and the other unit keeps its old envs."""
+    from subvec import BrokenVectorEnvError, WorkerDiedError
+
+    with make([task("A")] * 4, on_worker_failure=policy) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(WorkerDiedError) as info:
+            envs.reconfigure([task("B"), task("B"), dying_env, task("B")])
+        assert 2 in info.value.env_indices
+        if policy == "raise":
+            with pytest.raises(BrokenVectorEnvError):
+                envs.step(ACTIONS)
+        envs.reset(seed=1)
+        assert envs.get_attr("task") == ("A",) * 4
+        envs.step(ACTIONS)
+        envs.reconfigure([task("C")] * 4)  # usable again
+        assert envs.get_attr("task") == ("C",) * 4

@@ -11,8 +11,9 @@ The front owns its state and the components that act on it, each in a module of 
 and none holding a strong reference back: the lock-step exchange (``exchange``), recovery
 (``recovery``), the observation batch (``observations``), a step's results (``step_results``),
 reset options (``options``), the asynchronous engine (``stepping``), recycling (``recycle``)
-and action chunks (``chunk``). Two mixins hold no state: the public asynchronous calls, each
-handing over to the engine (``async_calls``), and calls and attributes (``calls``). What it is
+and action chunks (``chunk``). Three mixins hold no state: the public asynchronous calls, each
+handing over to the engine (``async_calls``), calls and attributes (``calls``), and the swap
+of envs inside the live units (``reconfigure``). What it is
 built from is ``setup``; its units and every replacement of one go through ``units``; the call
 states are ``state``. The batch arrays are the backend's, seen through ``subvec._batch``.
 
@@ -46,6 +47,7 @@ from subvec._front.exchange import LockstepExchange
 from subvec._front.merge import Part, make_merger
 from subvec._front.observations import ObservationBatch
 from subvec._front.options import EnvResetOptions, ResetOptions, ResetRequest
+from subvec._front.reconfigure import EnvReconfigure
 from subvec._front.recovery import FailurePolicy, Recovery
 from subvec._front.recycle import RecyclePolicy, Recycler, RssReader
 from subvec._front.setup import (
@@ -73,7 +75,7 @@ __all__ = ["EnvIds", "ResetOptions", "VectorFront"]
 _Front = TypeVar("_Front", bound="VectorFront")
 
 
-class VectorFront(AsyncCalls, EnvCalls, VectorEnv[Any, Any, np.ndarray]):
+class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, VectorEnv[Any, Any, np.ndarray]):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``; ``AsyncCalls``)
     delegate to an :class:`~subvec._front.stepping.AsyncEngine`."""

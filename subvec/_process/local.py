@@ -10,7 +10,7 @@ worker's would (type kept, env index, this pid, traceback as cause).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gymnasium import Env
@@ -26,6 +26,7 @@ from subvec._commands import (
 )
 from subvec._process.block import bind_rows
 from subvec._process.chunks import ChunkAttachment, ChunkViews, run_chunk
+from subvec._process.starts import build_env, reconfigure_slab
 from subvec._process.wire import AttachSpec
 from subvec._slab import ChunkResult, EnvSlab, SlabResult
 
@@ -44,19 +45,23 @@ class LocalShare:
         index: int,
         autoreset_mode: AutoresetMode,
         freeze: bool = False,
+        build_retries: int = 0,
     ) -> None:
-        """Build the envs (in the parent, while the workers build theirs); ``freeze``: they
-        freeze when their episodes end (``EnvSlab``).
+        """Build the envs (in the parent, while the workers build theirs), each factory tried
+        ``1 + build_retries`` times (a reconfigure's too); ``freeze``: they freeze when their
+        episodes end (``EnvSlab``).
 
         Raises:
             EnvError: an env factory raised (its type kept, naming the env).
         """
         self.index = index
+        #: how many more times a reconfigure calls a factory that raised
+        self.build_retries = build_retries
         self.lo, self.hi = lo, lo + len(env_fns)
         envs: list[Env[Any, Any]] = []
         try:
             for fn in env_fns:
-                envs.append(fn())
+                envs.append(build_env(fn, lo + len(envs), build_retries, []))
         except Exception as exc:
             for env in envs:
                 env.close()
@@ -133,6 +138,8 @@ class LocalShare:
             self._pending = lambda: slab.set_attr(payload.name, payload.values, payload.envs)
         elif command is Command.SET_RESET_OPTIONS:
             self._pending = lambda: slab.set_reset_options(payload.envs, payload.options)
+        elif command is Command.RECONFIGURE:
+            self._pending = lambda: reconfigure_slab(slab, payload, None, self.build_retries, [])
         else:
             raise ValueError(f"the parent's own envs take no {command.name} command")
 
@@ -185,6 +192,9 @@ class LocalShare:
 
     def restart(self, unit: Any, timeout: float | None) -> Unit:
         raise RuntimeError("the parent's own envs cannot be restarted")
+
+    def set_factories(self, blobs: Mapping[int, bytes]) -> None:
+        """Nothing to keep: the parent's own envs are never rebuilt."""
 
     def dead(self) -> list[Any]:
         """None: these envs live and die with the parent."""

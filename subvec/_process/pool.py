@@ -20,7 +20,7 @@ import os
 import select
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -681,6 +681,13 @@ class WorkerPool:
         return replies, failures
 
     # --- restart / stop -------------------------------------------------------------------
+
+    def set_factories(self, blobs: Mapping[int, bytes]) -> None:
+        """A restarted worker builds env ``i`` from ``blobs[i]`` from now on (the parent's
+        own envs, past the workers', are not ours)."""
+        for env, blob in blobs.items():
+            if env < len(self.factories):
+                self.factories[env] = blob
 
     def restart(self, worker: Worker, timeout: float | None) -> Worker:
         """Kill ``worker`` if needed and start a fresh one for the same envs, attached to the

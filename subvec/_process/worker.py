@@ -53,7 +53,13 @@ from subvec._process.bootstrap import Lifeline, adopt_registry, tie_to_parent
 from subvec._process.chunks import ChunkAttachment
 from subvec._process.gpus import gpu_environment
 from subvec._process.shm import SharedBlock
-from subvec._process.starts import BuildFailure, StartGate, build_env, maybe_token
+from subvec._process.starts import (
+    BuildFailure,
+    StartGate,
+    build_env,
+    maybe_token,
+    reconfigure_slab,
+)
 from subvec._process.threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._process.topology import Placement, apply_placement
 from subvec._process.wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
@@ -164,7 +170,7 @@ def worker_main(
         record = ErrorRecord.capture(exc, first_env, "make")
         proto.write_frame(reply_fd, Status.ERROR, 0, proto.dumps(record))
         return
-    _Server(worker_index, slab, cmd_fd, reply_fd, gate).serve()
+    _Server(worker_index, slab, cmd_fd, reply_fd, gate, build_retries).serve()
 
 
 # Enum members as module constants: the per-step path compares against them every step.
@@ -176,11 +182,20 @@ _OK, _OK_PAYLOAD = Status.OK, Status.OK_PAYLOAD
 
 class _Server:
     def __init__(
-        self, index: int, slab: EnvSlab, cmd_fd: int, reply_fd: int, gate: StartGate | None = None
+        self,
+        index: int,
+        slab: EnvSlab,
+        cmd_fd: int,
+        reply_fd: int,
+        gate: StartGate | None = None,
+        build_retries: int = 0,
     ) -> None:
         self.index = index
         #: the start tokens, held again for the first reset (where some simulators load)
         self.first_reset_gate = gate
+        #: the start tokens and factory retries of a reconfigure's builds
+        self.gate = gate
+        self.build_retries = build_retries
         self.slab = slab
         self.cmd_fd = cmd_fd
         self.reply_fd = reply_fd
@@ -416,6 +431,9 @@ class _Server:
             return Status.OK, b""
         elif command is Command.ATTACH:
             self.attach(proto.loads(payload))
+            return Status.OK, b""
+        elif command is Command.RECONFIGURE:
+            reconfigure_slab(slab, proto.loads(payload), self.gate, self.build_retries, [])
             return Status.OK, b""
         elif command is Command.STATS:
             env_steps = self.steps * len(slab.envs) + self.env_steps_some
