@@ -22,11 +22,13 @@ __all__ = [
     "CallPayload",
     "ChunkBlockSpec",
     "Command",
+    "EnvSnapshot",
     "ErrorRecord",
     "PerEnv",
     "ReconfigurePayload",
     "ResetOptionsPayload",
     "ResetPayload",
+    "RestorePayload",
     "SetAttrPayload",
     "Status",
     "StepEnvsPayload",
@@ -58,6 +60,8 @@ class Command(IntEnum):
     SET_RESET_OPTIONS = 9  # payload: ResetOptionsPayload; the options of later autoresets
     #: payload: ReconfigurePayload; build new envs beside the old (checked), then swap or drop
     RECONFIGURE = 10
+    SNAPSHOT = 11  # payload: empty; the reply: one EnvSnapshot per env of the unit
+    RESTORE = 12  # payload: RestorePayload; each env back to its EnvSnapshot
 
 
 class Status(IntEnum):
@@ -239,6 +243,23 @@ class ReconfigurePayload(NamedTuple):
     #: one cloudpickled factory per env of ``envs`` (None: the second step)
     factories: Sequence[bytes] | None = None
     commit: bool = False
+
+
+class EnvSnapshot(NamedTuple):
+    """One env as ``suspend()`` found it: its own state, where it has the hook (``get_state``),
+    and what its unit keeps of it (NEXT_STEP's pending reset, a frozen env's observation)."""
+
+    has_state: bool
+    state: Any
+    needs_reset: bool
+    final_obs: Any
+
+
+class RestorePayload(NamedTuple):
+    """RESTORE: the unit's envs, in order, back to their snapshots (those with a state get
+    ``set_state(state)``; the others keep the reset they just had)."""
+
+    snapshots: Sequence[EnvSnapshot]
 
 
 class SetAttrPayload(NamedTuple):

@@ -485,6 +485,36 @@ class RayActors:
             raise
         return new
 
+    def suspend(self, timeout: float) -> None:
+        """Have every actor close its envs (within ``timeout``), then end the actors (their
+        worker processes with them); the placement group and its bundles stay."""
+        self._inflight.clear()
+        live = [u for u in self.units_ if u.index not in self._dead]
+        if live and ray.is_initialized():
+            _ask_close(live, timeout)
+        for unit in self.units_:
+            _kill(unit.actor)
+            self._dead.add(unit.index)
+
+    def resume(self, timeout: float | None) -> None:
+        """A fresh actor for every unit, in its bundle, all created at once and their envs
+        built (not reset).
+
+        Raises:
+            EnvError, WorkerDiedError, WorkerTimeoutError: an actor failed to start (every
+                actor is ended again: the backend stays suspended).
+        """
+        units = self.units_
+        for i, unit in enumerate(units):
+            actor = self.spawn(unit.index, unit.bundle, unit.lo, unit.hi, unit.actor_pid)
+            units[i] = ActorUnit(unit.index, unit.lo, unit.hi, actor, bundle=unit.bundle)
+        try:
+            self._handshake(list(units), timeout)
+        except BaseException:
+            self.suspend(0.0)
+            raise
+        self._dead.clear()
+
     def dead(self) -> list[Any]:
         """The units whose actor died (or whose own vector env lost a worker)."""
         return [u for u in self.units_ if u.index in self._dead]

@@ -31,6 +31,7 @@ from subvec._commands import (
     ReconfigurePayload,
     ResetOptionsPayload,
     ResetPayload,
+    RestorePayload,
     SetAttrPayload,
     Status,
     StepEnvsPayload,
@@ -237,6 +238,12 @@ class EnvActor:
                 values: SetAttrPayload = payload
                 ids = None if values.envs is None else list(values.envs)
                 env.set_attr(values.name, list(values.values), env_ids=ids)
+                outcome = PLAIN
+            elif command == Command.SNAPSHOT:
+                outcome = Status.OK_PAYLOAD, env._snapshot_envs()
+            elif command == Command.RESTORE:
+                restore: RestorePayload = payload
+                env._restore_envs(list(restore.snapshots))
                 outcome = PLAIN
             elif command == Command.RECONFIGURE:
                 change: ReconfigurePayload = payload

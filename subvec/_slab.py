@@ -47,7 +47,7 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector.vector_env import AutoresetMode
 
-from subvec._commands import ErrorRecord, PerEnv
+from subvec._commands import EnvSnapshot, ErrorRecord, PerEnv
 from subvec.errors import add_note
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "FinalObsInBlock",
     "SlabArrays",
     "SlabResult",
+    "close_quietly",
     "env_metadata",
     "final_obs_store",
     "snapshot",
@@ -706,6 +707,33 @@ class EnvSlab:
             self.current = i
             self.envs[i].set_wrapper_attr(name, values[j])
 
+    def snapshot(self) -> list[EnvSnapshot]:
+        """Each env as it is now: ``env.get_state()`` where the env (or a wrapper) has it,
+        and this slab's own record of the env."""
+        snapshots = []
+        for i, env in enumerate(self.envs):
+            self.current = i
+            try:
+                get_state = env.get_wrapper_attr("get_state")
+            except AttributeError:
+                get_state = None
+            state = get_state() if get_state is not None else None
+            snapshots.append(
+                EnvSnapshot(get_state is not None, state, self.needs_reset[i], self.final_obs[i])
+            )
+        return snapshots
+
+    def restore(self, snapshots: Sequence[EnvSnapshot]) -> None:
+        """Put each env with a state back to its snapshot (``env.set_state(state)``, then
+        this slab's record of it); the others are left as they are (just reset)."""
+        for i, snap in enumerate(snapshots):
+            if not snap.has_state:
+                continue
+            self.current = i
+            self.envs[i].get_wrapper_attr("set_state")(snap.state)
+            self.needs_reset[i] = snap.needs_reset
+            self.final_obs[i] = snap.final_obs
+
     def stage(self, envs: Sequence[int], new: Sequence[Env[Any, Any]]) -> None:
         """Keep ``new[j]`` to replace local env ``envs[j]`` at :meth:`commit`, once its spaces
         are checked against the old env's (earlier staged envs are dropped first).
@@ -720,7 +748,7 @@ class EnvSlab:
             for what in ("observation_space", "action_space"):
                 if getattr(env, what) != getattr(old, what):
                     self.current = local
-                    _close_quietly(new)
+                    close_quietly(new)
                     raise ValueError(
                         f"reconfigure: the new env has {what} {getattr(env, what)}, "
                         f"the vector env's is "
@@ -745,7 +773,7 @@ class EnvSlab:
             self.envs[local] = env
             self.needs_reset[local] = True
             self.final_obs[local] = None
-        _close_quietly(old)
+        close_quietly(old)
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             for local, _ in staged:
                 self.current = local
@@ -755,7 +783,7 @@ class EnvSlab:
     def abort(self) -> None:
         """Close and drop the staged envs, if any."""
         staged, self.staged = self.staged, []
-        _close_quietly([env for _, env in staged])
+        close_quietly([env for _, env in staged])
 
     def close(self) -> None:
         """Close every env; the first failure is re-raised after all were tried, with
@@ -774,7 +802,7 @@ class EnvSlab:
             raise first
 
 
-def _close_quietly(envs: Sequence[Env[Any, Any]]) -> None:
+def close_quietly(envs: Sequence[Env[Any, Any]]) -> None:
     """Close ``envs``, dropping their close errors (envs being discarded either way)."""
     for env in envs:
         try:

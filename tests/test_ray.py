@@ -694,3 +694,19 @@ def test_reconfigured_envs_wait_for_a_reset_on_ray() -> None:
 @pytest.mark.parametrize("policy", ["raise", "restart"])
 def test_reconfigure_with_an_actor_worker_dying(policy: str) -> None:
     vla_checks.check_reconfigure_with_a_unit_dying(RayEnvs, policy)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "freeze"])
+def test_suspend_resume_continues_with_the_state_hook_on_ray(mode: str) -> None:
+    kwargs = {"freeze": True} if mode == "freeze" else {"autoreset_mode": mode}
+    vla_checks.check_suspend_resume_continues_with_the_state_hook(
+        RayEnvs, actor_worker_pids, **kwargs
+    )
+
+
+def test_suspend_resume_without_the_hook_resets_on_ray() -> None:
+    vla_checks.check_suspend_resume_without_the_hook_resets(RayEnvs)
+
+
+def test_a_resume_that_fails_stays_suspended_on_ray(tmp_path: Path) -> None:
+    vla_checks.check_resume_that_fails_stays_suspended(RayEnvs, str(tmp_path / "cannot-start"))

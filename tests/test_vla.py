@@ -98,3 +98,20 @@ def test_reconfigure_under_start_tokens() -> None:
     # one worker builds at a time: the second waits for the first's token, no deadlock
     make = functools.partial(SubprocVectorEnv, num_workers=2, max_concurrent_starts=1)
     checks.check_reconfigure_all_and_some(make, worker_pids)
+
+
+@BACKENDS
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "freeze"])
+def test_suspend_resume_continues_with_the_state_hook(make: Any, mode: str) -> None:
+    kwargs = {"freeze": True} if mode == "freeze" else {"autoreset_mode": mode}
+    checks.check_suspend_resume_continues_with_the_state_hook(make, worker_pids, **kwargs)
+
+
+@BACKENDS
+def test_suspend_resume_without_the_hook_resets(make: Any) -> None:
+    checks.check_suspend_resume_without_the_hook_resets(make)
+
+
+@BACKENDS
+def test_a_resume_that_fails_stays_suspended(make: Any, tmp_path: Path) -> None:
+    checks.check_resume_that_fails_stays_suspended(make, str(tmp_path / "cannot-start"))

@@ -562,3 +562,131 @@ def check_reconfigure_with_a_unit_dying(make: Make, policy: str) -> None:
         envs.step(ACTIONS)
         envs.reconfigure([task("C")] * 4)  # usable again
         assert envs.get_attr("task") == ("C",) * 4
+
+
+# --- suspend / resume -------------------------------------------------------------------------
+
+
+class StatefulEnv(ZooEnv):
+    """Random episode ends, with the state hook: everything its future depends on."""
+
+    def __init__(self, max_steps: int = 6) -> None:
+        super().__init__(max_steps=max_steps, terminate_prob=0.2, quiet=True)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"t": self.t, "rng": self.np_random.bit_generator.state}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.t = state["t"]
+        self.np_random.bit_generator.state = state["rng"]
+
+
+class FailWhileMarked:
+    """Raises while ``path`` exists (a simulator that cannot start for now), else builds."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        if os.path.exists(self.path):
+            raise RuntimeError("the simulator cannot start now")
+        return StatefulEnv()
+
+
+STATEFUL = [functools.partial(StatefulEnv, m) for m in (4, 5, 6, 7)]
+
+
+def _run(envs: Any, steps: range, chunk: bool = False) -> list[Any]:
+    out = []
+    for t in steps:
+        if chunk:
+            out.append(
+                envs.step_chunk(np.array([[(t + i + k) % 3 for k in range(2)] for i in range(4)]))
+            )
+        else:
+            out.append(envs.step(np.array([(t + i) % 3 for i in range(4)])))
+    return out
+
+
+def check_suspend_resume_continues_with_the_state_hook(
+    make: Make, unit_pids: Callable[[Any], list[int]], **kwargs: Any
+) -> None:
+    """With ``get_state``/``set_state``, episodes continue byte for byte across
+    suspend/resume (every autoreset mode's record of an ended env included), against the same
+    vector env never suspended; the units' processes end and new ones start."""
+    from tests.helpers import assert_same
+
+    with make(STATEFUL, **kwargs) as reference:
+        reference.reset(seed=1)
+        want = _run(reference, range(0, 14))
+        want += _run(reference, range(14, 18), chunk=True)
+    with make(STATEFUL, **kwargs) as envs:
+        envs.reset(seed=1)
+        got: list[Any] = []
+        for lo in range(0, 14, 3):
+            got += _run(envs, range(lo, min(lo + 3, 14)))
+            pids = unit_pids(envs)
+            envs.suspend()
+            assert envs.suspended
+            with pytest.raises(RuntimeError, match="suspended: resume"):
+                envs.step(ACTIONS)
+            for pid in pids:
+                if pid != os.getpid():
+                    assert _gone(pid), f"process {pid} outlived suspend()"
+            envs.resume()
+            assert not envs.suspended
+            new = unit_pids(envs)
+            assert all(a != b for a, b in zip(pids, new) if a != os.getpid())
+        got += _run(envs, range(14, 18), chunk=True)
+        assert_same(got, want, "the steps across suspend/resume")
+
+
+def check_suspend_resume_without_the_hook_resets(make: Make) -> None:
+    """Without the hook, resume resets every env (its stored options, no seed): new episodes
+    (t back to 0), the reset's options seen; close() from suspended leaves nothing."""
+    with make([armed] * 4) as envs:
+        envs.reset(seed=0)
+        envs.set_reset_options({"level": 2})
+        envs.step(ACTIONS)
+        envs.suspend()
+        envs.resume()
+        assert envs.get_attr("t") == (0, 0, 0, 0)
+        envs.step(ACTIONS)
+        assert envs.get_attr("t") == (1, 1, 1, 1)
+        assert envs.reset_options == ({"level": 2},) * 4
+        _, infos = envs.reset(seed=3)
+        assert list(infos["options_seen"][0]) == ["level"]
+        envs.suspend()
+    with pytest.raises(RuntimeError, match="not suspended"), make([armed] * 4) as envs:
+        envs.resume()
+
+
+def check_resume_that_fails_stays_suspended(make: Make, mark: str) -> None:
+    """A unit that cannot start at resume: the error is raised, the vector env stays
+    suspended (nothing left running), and a later resume works."""
+    with make([FailWhileMarked(mark)] * 4) as envs:
+        envs.reset(seed=0)
+        envs.step(ACTIONS)
+        envs.suspend()
+        open(mark, "w").close()
+        with pytest.raises(RuntimeError, match="cannot start now"):
+            envs.resume()
+        assert envs.suspended
+        os.remove(mark)
+        envs.resume()
+        envs.step(ACTIONS)
+        assert envs.get_attr("t") == (2, 2, 2, 2)
+
+
+def _gone(pid: int, bound: float = 10.0) -> bool:
+    import psutil
+
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False

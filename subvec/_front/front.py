@@ -12,8 +12,9 @@ and none holding a strong reference back: the lock-step exchange (``exchange``),
 (``recovery``), the observation batch (``observations``), a step's results (``step_results``),
 reset options (``options``), the asynchronous engine (``stepping``), recycling (``recycle``)
 and action chunks (``chunk``). Three mixins hold no state: the public asynchronous calls, each
-handing over to the engine (``async_calls``), calls and attributes (``calls``), and the swap
-of envs inside the live units (``reconfigure``). What it is
+handing over to the engine (``async_calls``), calls and attributes (``calls``), the swap
+of envs inside the live units (``reconfigure``), and ending and restarting the units between
+rollouts (``suspend``). What it is
 built from is ``setup``; its units and every replacement of one go through ``units``; the call
 states are ``state``. The batch arrays are the backend's, seen through ``subvec._batch``.
 
@@ -64,6 +65,7 @@ from subvec._front.setup import (
 from subvec._front.state import _ASYNC_NAME, _State, pending_call, weak_method
 from subvec._front.step_results import StepResults
 from subvec._front.stepping import AsyncEngine, FrontHooks
+from subvec._front.suspend import Suspension
 from subvec._front.units import Units
 from subvec._seeding import SeedArg
 from subvec._spaces import BY_VALUE, Stored
@@ -75,7 +77,9 @@ __all__ = ["EnvIds", "ResetOptions", "VectorFront"]
 _Front = TypeVar("_Front", bound="VectorFront")
 
 
-class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, VectorEnv[Any, Any, np.ndarray]):
+class VectorFront(
+    AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnv[Any, Any, np.ndarray]
+):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``; ``AsyncCalls``)
     delegate to an :class:`~subvec._front.stepping.AsyncEngine`."""
@@ -348,10 +352,17 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, VectorEnv[Any, Any, np.n
 
     # --- state checks ------------------------------------------------------------------------
 
-    def _assert_is_running(self) -> None:
+    def _assert_open(self) -> None:
         if self.closed:
             raise ClosedEnvironmentError(
                 f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
+            )
+
+    def _assert_is_running(self) -> None:
+        self._assert_open()
+        if self._state is _State.SUSPENDED:
+            raise RuntimeError(
+                "the vector env is suspended: resume() starts its units again (or close() it)"
             )
         if self._state is _State.BROKEN:
             raise BrokenVectorEnvError(

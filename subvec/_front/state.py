@@ -25,6 +25,7 @@ class _State(enum.Enum):
     WAITING_CHUNK = "step_chunk"
     ASYNC = "async"  # envs in flight or held (see _async)
     BROKEN = "broken"
+    SUSPENDED = "suspended"  # the units ended by suspend() (see _front.suspend)
 
 
 _WAITING = {state: f"waiting for {state.value}" for state in _State}

@@ -432,6 +432,14 @@ class _Server:
         elif command is Command.ATTACH:
             self.attach(proto.loads(payload))
             return Status.OK, b""
+        elif command is Command.SNAPSHOT:
+            snapshots = slab.snapshot()
+            return Status.OK_PAYLOAD, self._dump_per_env(
+                snapshots, "the state", enumerate(snapshots)
+            )
+        elif command is Command.RESTORE:
+            slab.restore(proto.loads(payload).snapshots)
+            return Status.OK, b""
         elif command is Command.RECONFIGURE:
             reconfigure_slab(slab, proto.loads(payload), self.gate, self.build_retries, [])
             return Status.OK, b""
