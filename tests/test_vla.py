@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+import numpy as np
 import pytest
 
 from subvec import SubprocVectorEnv
 from subvec._inproc import InProcessVectorEnv
 from tests import vla_checks as checks
+from tests.helpers import assert_same, load_script
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -115,3 +121,66 @@ def test_suspend_resume_without_the_hook_resets(make: Any) -> None:
 @BACKENDS
 def test_a_resume_that_fails_stays_suspended(make: Any, tmp_path: Path) -> None:
     checks.check_resume_that_fails_stays_suspended(make, str(tmp_path / "cannot-start"))
+
+
+# --- on a simulator that renders ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cheetah() -> Iterator[Any]:
+    pytest.importorskip("mujoco")
+    module = load_script("vla_rollout", ROOT / "examples" / "vla_rollout.py")
+    # The workers cannot import the example by name: its env travels by value.
+    cloudpickle.register_pickle_by_value(module)
+    yield module
+    cloudpickle.unregister_pickle_by_value(module)
+
+
+def _frames_differ_from_blank(pixels: np.ndarray) -> None:
+    flat = pixels.reshape(len(pixels), -1)
+    assert (flat.std(axis=1) > 5.0).all(), "a blank frame"
+
+
+@pytest.mark.timeout(240)
+def test_rendered_cheetah_groups_freeze_swap_and_suspend(cheetah: Any) -> None:
+    """HalfCheetah-v5 rendering 128x128 frames through EGL in the workers, as a Dict(pixels,
+    state, instruction): the frames are not blank; envs of a GRPO group (same init state)
+    see the same first frame; chunks freeze the envs that reached the goal; reconfigure swaps
+    the task in the live workers; suspend/resume continues every episode byte for byte."""
+    fns = [cheetah.make_task("far", 128, 48)] * 4
+    init = [{"init_state": i // 2} for i in range(4)]
+    kwargs: dict[str, Any] = {"freeze": True, "worker_env": cheetah.WORKER_ENV, "num_workers": 2}
+    weights = np.random.default_rng(0).normal(0, 0.3, (17, 6))
+
+    def chunks(envs: Any, obs: Any, lo: int, hi: int) -> list[Any]:
+        out = []
+        for c in range(lo, hi):
+            actions = cheetah.policy(obs["state"], c * 8, 8, weights, 0.0)
+            out.append(envs.step_chunk(actions))
+            obs = out[-1][0]
+        return out
+
+    with SubprocVectorEnv(fns, **kwargs) as reference:
+        obs, _ = reference.reset(seed=0, options=init)
+        want = chunks(reference, obs, 0, 6)
+    with SubprocVectorEnv(fns, **kwargs) as envs:
+        obs, _ = envs.reset(seed=0, options=init)
+        assert obs["pixels"].shape == (4, 128, 128, 3) and obs["pixels"].dtype == np.uint8
+        _frames_differ_from_blank(obs["pixels"])
+        assert list(obs["instruction"]) == [cheetah.TASKS["far"][1]] * 4
+        np.testing.assert_array_equal(obs["pixels"][0], obs["pixels"][1])  # one group
+        assert not np.array_equal(obs["pixels"][0], obs["pixels"][2])  # another
+        got = chunks(envs, obs, 0, 3)
+        pids = list(envs.worker_pids)
+        envs.suspend()
+        envs.resume()
+        assert set(envs.worker_pids).isdisjoint(pids)
+        got += chunks(envs, got[-1][0], 3, 6)
+        assert_same(got, want, "the chunks across suspend/resume")
+        steps = np.stack([g[4]["chunk_steps"] for g in got])
+        assert (steps[-1] == 0).any(), "no env reached the goal and froze"
+        _frames_differ_from_blank(got[-1][0]["pixels"])
+        envs.reconfigure([cheetah.make_task("near", 128, 48)] * 4)
+        obs, _ = envs.reset(seed=1, options=init)
+        assert list(obs["instruction"]) == [cheetah.TASKS["near"][1]] * 4
+        _frames_differ_from_blank(obs["pixels"])
