@@ -66,6 +66,9 @@ class RenderedCheetah(gym.Wrapper[Any, Any, Any, Any]):
         model.light_castshadow[:] = 0
         self.goal, self.instruction = TASKS[task]
         self.task = task
+        #: the init state of resets that name none (set by an env manager that passes no
+        #: per-env reset options)
+        self.init_state: int | None = None
         self.observation_space = spaces.Dict(
             {
                 "pixels": spaces.Box(0, 255, (size, size, 3), np.uint8),
@@ -78,8 +81,9 @@ class RenderedCheetah(gym.Wrapper[Any, Any, Any, Any]):
         return {"pixels": self.env.render(), "state": state, "instruction": self.instruction}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        if options and "init_state" in options:
-            seed = 1000 + int(options["init_state"])  # the same start for the whole group
+        init = options.get("init_state") if options else self.init_state
+        if init is not None:
+            seed = 1000 + int(init)  # the same start for the whole group
         state, info = self.env.reset(seed=seed)
         return self._observe(state), info
 
