@@ -33,8 +33,8 @@ episode's end; the frames an ended env keeps simulating in ``async`` are not cou
 from the first reset to the end of the last rollout (building the vector env is recorded
 apart, ``build_s``); where the time goes (policy, env, swap, suspend/resume). The
 implementations run one after the other in each round, in an order rotated per round; the
-table gives the medians of the per-round rates and of the per-round ratios to ``subvec``. The load of the machine is recorded before
-and after.
+table gives the medians of the per-round rates and of the per-round ratios to ``subvec``.
+The load of the machine is recorded before and after.
 
 Outputs: ``<out-dir>/vla.jsonl`` (a facts line, then one line per run) and
 ``<out-dir>/vla.md``.
