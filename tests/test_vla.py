@@ -184,3 +184,32 @@ def test_rendered_cheetah_groups_freeze_swap_and_suspend(cheetah: Any) -> None:
         obs, _ = envs.reset(seed=1, options=init)
         assert list(obs["instruction"]) == [cheetah.TASKS["near"][1]] * 4
         _frames_differ_from_blank(obs["pixels"])
+
+
+#: two envs in one worker, the last two stepped by the parent itself
+with_parent_envs = functools.partial(SubprocVectorEnv, num_workers=1, parent_envs=2)
+
+
+def test_reconfigure_and_suspend_with_parent_envs() -> None:
+    checks.check_reconfigure_all_and_some(with_parent_envs, worker_pids)
+    checks.check_suspend_resume_continues_with_the_state_hook(
+        with_parent_envs, worker_pids, autoreset_mode="NextStep"
+    )
+    checks.check_freeze_step_and_masked_reset(with_parent_envs)
+
+
+def test_timeout_mappings_are_checked_on_every_backend() -> None:
+    with InProcessVectorEnv([checks.armed] * 2, timeout={"reset": 5, "step": 0.5}) as envs:
+        assert (envs.timeouts.reset, envs.timeouts.step, envs.timeouts.call) == (5.0, 0.5, None)
+        assert envs.timeouts.chunk(8) == 4.0
+    for bad, error, match in (
+        ({"rest": 1}, ValueError, r"unknown command\(s\) \['rest'\].*\['reset', 'step', 'call'\]"),
+        ({"step": -1}, ValueError, r"timeout\['step'\] must be seconds"),
+        ({"call": "60"}, TypeError, r"timeout\['call'\] must be a number"),
+        (True, TypeError, "must be a number"),
+    ):
+        with pytest.raises(error, match=match):
+            InProcessVectorEnv([checks.armed] * 2, timeout=bad)
+    plain = InProcessVectorEnv([checks.armed] * 2, timeout=3)
+    assert (plain.timeouts.reset, plain.timeouts.step, plain.timeouts.call) == (3.0,) * 3
+    plain.close()
