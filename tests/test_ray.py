@@ -646,15 +646,18 @@ def test_sb3_env_method_takes_per_env_arguments_on_ray() -> None:
     vla_checks.check_sb3_env_method_per_env(backend="ray", num_actors=2, local_workers=1)
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
 def test_timeouts_per_command_on_ray() -> None:
     vla_checks.check_timeouts_per_command(RayEnvs)
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
 @pytest.mark.parametrize("policy", ["raise", "restart"])
 def test_hung_reset_step_and_chunk_follow_the_failure_policy_on_ray(policy: str) -> None:
     vla_checks.check_hung_reset_step_and_chunk(RayEnvs, policy)
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
 def test_hung_step_and_chunk_raise_within_their_bounds_on_ray() -> None:
     vla_checks.check_hung_step_and_chunk_raise(RayEnvs)
 
@@ -663,6 +666,7 @@ def test_freeze_step_against_single_envs_and_masked_reset_on_ray() -> None:
     vla_checks.check_freeze_step_and_masked_reset(RayEnvs)
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
 def test_freeze_chunks_against_single_envs_on_ray() -> None:
     vla_checks.check_freeze_chunks(RayEnvs)
 
@@ -671,6 +675,7 @@ def test_freeze_send_recv_against_single_envs_on_ray() -> None:
     vla_checks.check_freeze_send_recv(RayEnvs)
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
 def test_freeze_under_record_episode_statistics_and_normalize_reward_on_ray() -> None:
     vla_checks.check_freeze_under_gymnasium_wrappers(RayEnvs)
 
@@ -691,6 +696,7 @@ def test_reconfigured_envs_wait_for_a_reset_on_ray() -> None:
     vla_checks.check_reconfigure_waits_for_a_reset(RayEnvs)
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
 @pytest.mark.parametrize("policy", ["raise", "restart"])
 def test_reconfigure_with_an_actor_worker_dying(policy: str) -> None:
     vla_checks.check_reconfigure_with_a_unit_dying(RayEnvs, policy)
@@ -708,5 +714,6 @@ def test_suspend_resume_without_the_hook_resets_on_ray() -> None:
     vla_checks.check_suspend_resume_without_the_hook_resets(RayEnvs)
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
 def test_a_resume_that_fails_stays_suspended_on_ray(tmp_path: Path) -> None:
     vla_checks.check_resume_that_fails_stays_suspended(RayEnvs, str(tmp_path / "cannot-start"))
