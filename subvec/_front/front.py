@@ -141,6 +141,8 @@ class VectorFront(
         self.copy = bool(copy)
         #: each command's default bound (``timeout=``: one number, or one per command)
         self.timeouts = check_timeouts(timeout)
+        #: the ``timeout`` as given (a number, None, or the mapping of one per command)
+        self.default_timeout = timeout
         #: the step's, read by the steady step
         self.step_timeout = self.timeouts.step
         #: ``"same"``, ``"different"`` or ``(observation_space, single_observation_space)``
