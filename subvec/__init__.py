@@ -69,6 +69,7 @@ Public classes and faces (they see both rooms):
 """
 
 from subvec import _compat  # noqa: F401  (first: says so plainly if gymnasium is too old)
+from subvec._commands import PerEnv
 from subvec.errors import (
     BrokenVectorEnvError,
     EnvError,
@@ -93,6 +94,7 @@ __all__ = [
     "EnvError",
     "LateBindingWarning",
     "MissingMainGuardError",
+    "PerEnv",
     "PlacementError",
     "RecvTimeoutError",
     "RemoteEnvError",

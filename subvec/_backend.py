@@ -24,7 +24,7 @@ collects inline backends first, so they run while the others' units are busy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -110,6 +110,25 @@ class Backend(Protocol):
     ) -> Collected: ...
 
     def restart(self, unit: Any, timeout: float | None) -> Unit: ...
+
+    def suspend(self, timeout: float) -> None:
+        """End every unit (each closes its envs first, within ``timeout``), keeping what
+        :meth:`resume` needs: the placement, the block, the factories."""
+        ...
+
+    def resume(self, timeout: float | None) -> None:
+        """Every unit again, built on its placement within ``timeout`` (envs not reset).
+
+        Raises:
+            EnvError, WorkerDiedError, WorkerTimeoutError: a unit failed to start; the
+                backend is suspended again.
+        """
+        ...
+
+    def set_factories(self, blobs: Mapping[int, bytes]) -> None:
+        """From now on, a restart builds env ``i`` (of this backend's) from ``blobs[i]``
+        (a reconfigure's new factories; envs of other backends are ignored)."""
+        ...
 
     def dead(self) -> list[Any]: ...
 

@@ -22,9 +22,13 @@ __all__ = [
     "CallPayload",
     "ChunkBlockSpec",
     "Command",
+    "EnvSnapshot",
     "ErrorRecord",
+    "PerEnv",
+    "ReconfigurePayload",
     "ResetOptionsPayload",
     "ResetPayload",
+    "RestorePayload",
     "SetAttrPayload",
     "Status",
     "StepEnvsPayload",
@@ -54,6 +58,10 @@ class Command(IntEnum):
     #: (no payload on the process wire: the worker's last chunk again, ``_process.chunks``)
     STATS = 8  # payload: empty; the reply is a pickled WorkerCounters
     SET_RESET_OPTIONS = 9  # payload: ResetOptionsPayload; the options of later autoresets
+    #: payload: ReconfigurePayload; build new envs beside the old (checked), then swap or drop
+    RECONFIGURE = 10
+    SNAPSHOT = 11  # payload: empty; the reply: one EnvSnapshot per env of the unit
+    RESTORE = 12  # payload: RestorePayload; each env back to its EnvSnapshot
 
 
 class Status(IntEnum):
@@ -143,6 +151,115 @@ class CallPayload(NamedTuple):
     #: run ``function(env, *args, **kwargs)`` instead of the attribute ``name`` (the SB3
     #: face's per-env operations: a module-level function, pickled by reference)
     function: Callable[..., Any] | None = None
+
+
+class PerEnv:
+    """A call argument that differs per env: the ``j``-th env a call addresses receives
+    ``values[j]`` (``call("set_init_state", PerEnv(states), env_ids=ids)``: env ``ids[j]``
+    gets ``states[j]``; without ``env_ids``, env ``i`` gets ``values[i]``). Any positional or
+    keyword argument of ``call`` (and of the SB3 face's ``env_method``) may be one; the
+    others go to every env alike.
+
+    Args:
+        values: one value per env called, in the order of the call's ``env_ids`` (default:
+            env order).
+    """
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+            raise TypeError(
+                f"PerEnv takes a sequence of one value per env, got {type(values).__name__}"
+            )
+        self.values = list(values)
+
+    def __repr__(self) -> str:
+        return f"PerEnv({self.values!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is PerEnv and other.values == self.values
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @staticmethod
+    def in_call(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+        """Whether any argument of a call is a :class:`PerEnv`."""
+        return any(type(a) is PerEnv for a in args) or any(
+            type(v) is PerEnv for v in kwargs.values()
+        )
+
+    @staticmethod
+    def check(args: Sequence[Any], kwargs: dict[str, Any], count: int, name: str) -> None:
+        """Every :class:`PerEnv` argument of a call of ``name`` on ``count`` envs has
+        ``count`` values.
+
+        Raises:
+            ValueError: one has another length (named: its position or keyword).
+        """
+        named = [(f"argument {j}", a) for j, a in enumerate(args)]
+        named += [(f"keyword {k!r}", v) for k, v in kwargs.items()]
+        for where, arg in named:
+            if type(arg) is PerEnv and len(arg.values) != count:
+                raise ValueError(
+                    f"call({name!r}): PerEnv {where} has {len(arg.values)} values, expected "
+                    f"one per env called ({count})"
+                )
+
+    @staticmethod
+    def pick(
+        args: tuple[Any, ...], kwargs: dict[str, Any], positions: Sequence[int]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments with each :class:`PerEnv` cut down to ``values[p]`` for the
+        ``p`` of ``positions`` (a unit's share of the call, in its order)."""
+
+        def cut(arg: Any) -> Any:
+            if type(arg) is PerEnv:
+                return PerEnv([arg.values[p] for p in positions])
+            return arg
+
+        return tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()}
+
+    @staticmethod
+    def of_env(
+        args: Sequence[Any], kwargs: dict[str, Any], j: int
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments the ``j``-th env called receives: each :class:`PerEnv` replaced by
+        its ``values[j]``."""
+
+        def value(arg: Any) -> Any:
+            return arg.values[j] if type(arg) is PerEnv else arg
+
+        return tuple(value(a) for a in args), {k: value(v) for k, v in kwargs.items()}
+
+
+class ReconfigurePayload(NamedTuple):
+    """RECONFIGURE, in two steps: with ``factories``, build a new env for each of the unit's
+    envs ``envs`` (local indices) beside the old ones and check its spaces against the old
+    one's (an error drops them all, the old envs stay); without, ``commit``: swap the built
+    envs in (closing the old ones), or drop them."""
+
+    envs: Sequence[int]
+    #: one cloudpickled factory per env of ``envs`` (None: the second step)
+    factories: Sequence[bytes] | None = None
+    commit: bool = False
+
+
+class EnvSnapshot(NamedTuple):
+    """One env as ``suspend()`` found it: its own state, where it has the hook (``get_state``),
+    and what its unit keeps of it (NEXT_STEP's pending reset, a frozen env's observation)."""
+
+    has_state: bool
+    state: Any
+    needs_reset: bool
+    final_obs: Any
+
+
+class RestorePayload(NamedTuple):
+    """RESTORE: the unit's envs, in order, back to their snapshots (those with a state get
+    ``set_state(state)``; the others keep the reset they just had)."""
+
+    snapshots: Sequence[EnvSnapshot]
 
 
 class SetAttrPayload(NamedTuple):

@@ -21,11 +21,12 @@ from gymnasium import Env
 
 from subvec._compat import DEFAULT_INFO_FORMAT, AutoresetMode
 from subvec._front.front import VectorFront
-from subvec._front.setup import Hello, ObservationMode
+from subvec._front.setup import Hello, ObservationMode, TimeoutArg
 from subvec._process.block import bind_batch, plan_block
 from subvec._process.chunks import BlockRooms
 from subvec._process.local import LocalShare
 from subvec._process.shm import BlockLayout, layout_views
+from subvec._process.starts import check_build_retries
 
 __all__ = ["InProcessVectorEnv"]
 
@@ -49,6 +50,7 @@ class InProcessVectorEnv(VectorFront):
         batch_size: how many envs ``recv()`` returns by default (asynchronous stepping).
         timeout: default timeout of every ``*_wait`` (kept for the common signature: envs in
             this process answer when their call returns).
+        freeze, build_retries: as SubprocVectorEnv's.
 
     Raises:
         ValueError, TypeError: a bad option value.
@@ -64,7 +66,9 @@ class InProcessVectorEnv(VectorFront):
         autoreset_mode: str | AutoresetMode | None = None,
         info_format: str = DEFAULT_INFO_FORMAT,
         batch_size: int | None = None,
-        timeout: float | None = None,
+        timeout: TimeoutArg = None,
+        freeze: bool = False,
+        build_retries: int = 0,
     ) -> None:
         super().__init__()
         self._configure(
@@ -77,8 +81,11 @@ class InProcessVectorEnv(VectorFront):
             max_restarts=0,
             batch_size=batch_size,
             observation_mode=observation_mode,
+            freeze=freeze,
         )
-        local = LocalShare(self.env_fns, 0, 0, self.autoreset_mode)
+        local = LocalShare(
+            self.env_fns, 0, 0, self.autoreset_mode, self.freeze, check_build_retries(build_retries)
+        )
         self._local: LocalShare | None = local
         try:
             self._take_hellos([Hello.of_envs(local.envs)])

@@ -22,7 +22,7 @@ driver's side, the backend the front speaks to (``_backend``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -456,6 +456,10 @@ class RayActors:
         if self._observations is not None:
             _assign_rows(self._observations, reply.obs, where)
 
+    def set_factories(self, blobs: Mapping[int, bytes]) -> None:
+        """A replacement actor builds env ``i`` from ``blobs[i]`` from now on."""
+        self.spawn.set_factories(blobs)  # type: ignore[attr-defined]
+
     def restart(self, unit: Any, timeout: float | None) -> Unit:
         """Kill ``unit``'s actor and create a fresh one in the same bundle, its envs built (not
         reset).
@@ -480,6 +484,36 @@ class RayActors:
             self._dead.add(unit.index)
             raise
         return new
+
+    def suspend(self, timeout: float) -> None:
+        """Have every actor close its envs (within ``timeout``), then end the actors (their
+        worker processes with them); the placement group and its bundles stay."""
+        self._inflight.clear()
+        live = [u for u in self.units_ if u.index not in self._dead]
+        if live and ray.is_initialized():
+            _ask_close(live, timeout)
+        for unit in self.units_:
+            _kill(unit.actor)
+            self._dead.add(unit.index)
+
+    def resume(self, timeout: float | None) -> None:
+        """A fresh actor for every unit, in its bundle, all created at once and their envs
+        built (not reset).
+
+        Raises:
+            EnvError, WorkerDiedError, WorkerTimeoutError: an actor failed to start (every
+                actor is ended again: the backend stays suspended).
+        """
+        units = self.units_
+        for i, unit in enumerate(units):
+            actor = self.spawn(unit.index, unit.bundle, unit.lo, unit.hi, unit.actor_pid)
+            units[i] = ActorUnit(unit.index, unit.lo, unit.hi, actor, bundle=unit.bundle)
+        try:
+            self._handshake(list(units), timeout)
+        except BaseException:
+            self.suspend(0.0)
+            raise
+        self._dead.clear()
 
     def dead(self) -> list[Any]:
         """The units whose actor died (or whose own vector env lost a worker)."""

@@ -28,8 +28,10 @@ from subvec._commands import (
     CallPayload,
     Command,
     ErrorRecord,
+    ReconfigurePayload,
     ResetOptionsPayload,
     ResetPayload,
+    RestorePayload,
     SetAttrPayload,
     Status,
     StepEnvsPayload,
@@ -154,6 +156,8 @@ class EnvActor:
         self._batch_spaces: dict[int, Space[Any]] = {}
         self._same_step = False
         self._obs_by_value = False
+        #: a reconfigure's factories by local env, between its two steps
+        self._staged: dict[int, bytes] = {}
         try:
             from subvec._process.bootstrap import adopt_registry
 
@@ -234,6 +238,21 @@ class EnvActor:
                 values: SetAttrPayload = payload
                 ids = None if values.envs is None else list(values.envs)
                 env.set_attr(values.name, list(values.values), env_ids=ids)
+                outcome = PLAIN
+            elif command == Command.SNAPSHOT:
+                outcome = Status.OK_PAYLOAD, env._snapshot_envs()
+            elif command == Command.RESTORE:
+                restore: RestorePayload = payload
+                env._restore_envs(list(restore.snapshots))
+                outcome = PLAIN
+            elif command == Command.RECONFIGURE:
+                change: ReconfigurePayload = payload
+                if change.factories is not None:  # build and check, beside the old envs
+                    self._staged = dict(zip(change.envs, change.factories))
+                    env._stage_envs(self._staged)
+                else:
+                    staged, self._staged = self._staged, {}
+                    env._swap_envs(staged, change.commit)
                 outcome = PLAIN
             elif command == Command.SET_RESET_OPTIONS:
                 stored: ResetOptionsPayload = payload

@@ -15,7 +15,10 @@ The autoreset logic mirrors gymnasium 1.x SyncVectorEnv so that results are byte
   final observation goes to an array instead, and the final event is left implicit when the
   final info is empty (:class:`FinalObsInBlock`).
 - DISABLED: the caller resets ended envs with ``reset(mask=...)``; stepping one is refused by the
-  vector env before it gets here.
+  vector env before it gets here, unless the slab *freezes* ended envs (``freeze``): then an
+  ended env is not stepped again until it is reset; each step (or chunk) it is given reports its
+  final observation again, reward 0, both flags False (the end was reported once, on the step
+  it happened) and the info ``{"frozen": True}``.
 
 Action chunks (:meth:`EnvSlab.step_chunk`): K sub-steps of each env in one call, each exactly
 the ``step()`` that env would have had, under the same autoreset mode (the env's needs-reset
@@ -36,14 +39,14 @@ every mode included.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from gymnasium import Env
 
-from subvec._commands import ErrorRecord
+from subvec._commands import EnvSnapshot, ErrorRecord, PerEnv
 from subvec._compat import AutoresetMode, get_env_attr, set_env_attr
 from subvec.errors import add_note
 
@@ -54,6 +57,8 @@ __all__ = [
     "FinalObsInBlock",
     "SlabArrays",
     "SlabResult",
+    "close_quietly",
+    "env_metadata",
     "final_obs_store",
     "snapshot",
 ]
@@ -167,6 +172,16 @@ class ChunkResult(_EnvErrors):
         return not self.infos and not self.obs and not self.sub_obs and not self.errors
 
 
+def env_metadata(env: Env[Any, Any]) -> dict[str, Any]:
+    """``env.metadata`` as a new dict: a mapping copied, anything else (robosuite's
+    ``GymWrapper`` sets ``metadata = None``) read as no metadata at all, ``{}``. Every hello
+    (a worker's, an actor's, the parent's own envs') reads an env's metadata through this."""
+    metadata = getattr(env, "metadata", None)
+    if isinstance(metadata, Mapping):
+        return dict(metadata)
+    return {}
+
+
 def final_obs_store(rows: np.ndarray) -> Callable[[Any, int], bool]:
     """``store(obs, i)``: copy ``obs`` into ``rows[i]`` if it is an ndarray of exactly the
     rows' dtype and shape, and say whether it did. Anything else travels in the final event
@@ -242,11 +257,26 @@ class EnvSlab:
     """Owns ``envs`` (global indices ``first_index ..``) and steps them in order."""
 
     def __init__(
-        self, envs: Sequence[Env[Any, Any]], first_index: int, autoreset_mode: AutoresetMode
+        self,
+        envs: Sequence[Env[Any, Any]],
+        first_index: int,
+        autoreset_mode: AutoresetMode,
+        freeze: bool = False,
     ) -> None:
+        if freeze and autoreset_mode is not AutoresetMode.DISABLED:
+            raise ValueError(f"freeze needs autoreset_mode DISABLED, not {autoreset_mode}")
         self.envs = list(envs)
         self.first_index = first_index
         self.autoreset_mode = autoreset_mode
+        #: ended envs are frozen until reset (DISABLED only): see the module's docstring
+        self.freeze = freeze
+        #: whether an ended env is held back from ``env.step`` until it is reset (NEXT_STEP,
+        #: freeze)
+        self.holds_ended = autoreset_mode is AutoresetMode.NEXT_STEP or freeze
+        #: with ``freeze``: each ended env's final observation, shown while it is frozen
+        self.final_obs: list[Any] = [None] * len(self.envs)
+        #: ``(local env, new env)`` built by a reconfigure, waiting for :meth:`commit`
+        self.staged: list[tuple[int, Env[Any, Any]]] = []
         self.needs_reset = [False] * len(self.envs)
         #: local index of the env being driven; tells error reports which env raised
         self.current = 0
@@ -321,6 +351,7 @@ class EnvSlab:
             arrays.terminations[i] = False
             arrays.truncations[i] = False
             self.needs_reset[i] = False
+            self.final_obs[i] = None
             if info:
                 result.infos.append((i, info))
         return result
@@ -361,7 +392,10 @@ class EnvSlab:
             read = arrays.read_action
         write = arrays.write_obs
         rewards, terms, truncs = arrays.rewards, arrays.terminations, arrays.truncations
-        next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        # An ended env is held back from env.step: reset (NEXT_STEP) or frozen (freeze). One
+        # local for both, as many loads as NEXT_STEP's own test took: the per-step loop below
+        # is the one it was without freeze.
+        held = self.holds_ended
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         store_final = arrays.store_final_obs
         needs_reset = self.needs_reset
@@ -372,12 +406,15 @@ class EnvSlab:
         try:
             for i in indices:
                 try:
-                    if next_step and needs_reset[i]:
-                        obs, info = self._autoreset(i)
+                    if held and needs_reset[i]:
+                        if self.freeze:
+                            obs, info = self._frozen_obs(i), {"frozen": True}
+                        else:
+                            obs, info = self._autoreset(i)
+                            needs_reset[i] = False
                         rewards[i] = 0.0
                         terms[i] = False
                         truncs[i] = False
-                        needs_reset[i] = False
                     else:
                         obs, reward, terminated, truncated, info = self.envs[i].step(read(i))
                         try:
@@ -390,6 +427,8 @@ class EnvSlab:
                             obs, info = self._reset_at_end(i, obs, info, infos, store_final)
                         elif terminated or truncated:
                             needs_reset[i] = True
+                            if self.freeze:
+                                self.final_obs[i] = snapshot(obs)
                     if write is not None:
                         write(obs, i)
                     else:
@@ -472,6 +511,7 @@ class EnvSlab:
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         # An ended env must not be stepped until the caller resets it
         stop = stop_on_done or self.autoreset_mode is AutoresetMode.DISABLED
+        freeze = self.freeze
         rewards, terms, truncs = out.rewards, out.terminations, out.truncations
         write_sub = out.write_sub_obs
         steps = out.steps
@@ -502,6 +542,9 @@ class EnvSlab:
         executed = 0
         for i in every:
             self.current = i
+            if freeze and needs_reset[i]:
+                self._frozen_chunk(out, result, i, chunk, all_obs)
+                continue
             env = slab_envs[i]
             step = env.step
             # its K actions at once: one call per env, an index per sub-step
@@ -534,6 +577,8 @@ class EnvSlab:
                             else:
                                 needs_reset[i] = True
                                 pending = next_step
+                                if freeze:
+                                    self.final_obs[i] = snapshot(obs)
                     try:
                         cell_rewards[at + k] = reward
                         if terminated is not False:
@@ -580,6 +625,46 @@ class EnvSlab:
         result.executed = executed
         return result
 
+    def _frozen_obs(self, i: int) -> Any:
+        """The observation a frozen env ``i`` shows: its final one.
+
+        Raises:
+            RuntimeError: env ``i`` was replaced by ``reconfigure`` and not reset since (it
+                has no episode to show).
+        """
+        obs = self.final_obs[i]
+        if obs is None:
+            raise RuntimeError(
+                f"env {self.first_index + i} was replaced by reconfigure() and has not been "
+                "reset since: reset it (options={'reset_mask': mask}) before stepping it"
+            )
+        return obs
+
+    def _frozen_chunk(
+        self, out: ChunkArrays, result: ChunkResult, i: int, chunk: int, all_obs: bool
+    ) -> None:
+        """A frozen env's chunk: no sub-step executed (``steps`` 0), rewards 0 and flags
+        False, its final observation as the chunk's (every sub-step's, with ``all_obs``),
+        and the event ``{"frozen": True}`` at sub-step 0."""
+        obs = self._frozen_obs(i)
+        out.rewards[i] = 0.0
+        out.steps[i] = 0
+        result.infos.append((i, 0, {"frozen": True}))
+        arrays = self.arrays
+        assert arrays is not None
+        if not all_obs:
+            if arrays.write_obs is not None:
+                arrays.write_obs(obs, i)
+            else:
+                self._emit_obs(result, i, obs)
+        elif out.write_sub_obs is not None:
+            for k in range(chunk):
+                out.write_sub_obs(obs, i, k)
+        else:
+            if result.sub_obs is None:
+                result.sub_obs = []
+            result.sub_obs.append((i, [obs]))
+
     def call(
         self,
         name: str,
@@ -598,13 +683,20 @@ class EnvSlab:
             envs: the local envs to call, in that order (repeats are called again); None: all.
             function: run this on each env instead of its attribute ``name``.
 
+        A :class:`subvec._commands.PerEnv` argument gives the ``j``-th env called its
+        ``values[j]``.
+
         Returns:
             One result per env called, in that order.
         """
+        call_args, call_kwargs = args, kwargs
         results = []
-        for i in range(len(self.envs)) if envs is None else envs:
+        per_env = PerEnv.in_call(args, kwargs)
+        for j, i in enumerate(range(len(self.envs)) if envs is None else envs):
             self.current = i
             env = self.envs[i]
+            if per_env:
+                args, kwargs = PerEnv.of_env(call_args, call_kwargs, j)
             if function is not None:
                 results.append(function(env, *args, **kwargs))
                 continue
@@ -620,9 +712,88 @@ class EnvSlab:
             self.current = i
             set_env_attr(self.envs[i], name, values[j])
 
+    def snapshot(self) -> list[EnvSnapshot]:
+        """Each env as it is now: ``env.get_state()`` where the env (or a wrapper) has it,
+        and this slab's own record of the env."""
+        snapshots = []
+        for i, env in enumerate(self.envs):
+            self.current = i
+            try:
+                get_state = get_env_attr(env, "get_state")
+            except AttributeError:
+                get_state = None
+            state = get_state() if get_state is not None else None
+            snapshots.append(
+                EnvSnapshot(get_state is not None, state, self.needs_reset[i], self.final_obs[i])
+            )
+        return snapshots
+
+    def restore(self, snapshots: Sequence[EnvSnapshot]) -> None:
+        """Put each env with a state back to its snapshot (``env.set_state(state)``, then
+        this slab's record of it); the others are left as they are (just reset)."""
+        for i, snap in enumerate(snapshots):
+            if not snap.has_state:
+                continue
+            self.current = i
+            get_env_attr(self.envs[i], "set_state")(snap.state)
+            self.needs_reset[i] = snap.needs_reset
+            self.final_obs[i] = snap.final_obs
+
+    def stage(self, envs: Sequence[int], new: Sequence[Env[Any, Any]]) -> None:
+        """Keep ``new[j]`` to replace local env ``envs[j]`` at :meth:`commit`, once its spaces
+        are checked against the old env's (earlier staged envs are dropped first).
+
+        Raises:
+            ValueError: a new env's observation or action space differs from the old one's
+                (``current`` names the env; every new env is closed, the old ones stay).
+        """
+        self.abort()
+        for local, env in zip(envs, new):
+            old = self.envs[local]
+            for what in ("observation_space", "action_space"):
+                if getattr(env, what) != getattr(old, what):
+                    self.current = local
+                    close_quietly(new)
+                    raise ValueError(
+                        f"reconfigure: the new env has {what} {getattr(env, what)}, "
+                        f"the vector env's is "
+                        f"{getattr(old, what)}; the old envs are kept"
+                    )
+        self.staged = list(zip(envs, new))
+
+    def commit(self) -> None:
+        """Swap the staged envs in and close the old ones (their close errors are dropped:
+        they are gone either way). A new env starts with no episode: it waits for a reset
+        (``needs_reset``: NEXT_STEP resets it on its next step, freeze refuses to step it),
+        except under SAME_STEP, which keeps every env in an episode: it is reset here (its
+        observation is not reported). Its stored reset options are kept.
+
+        Raises:
+            Exception: (SAME_STEP) a new env's reset raised; the other envs are swapped in.
+        """
+        staged, self.staged = self.staged, []
+        old = []
+        for local, env in staged:
+            old.append(self.envs[local])
+            self.envs[local] = env
+            self.needs_reset[local] = True
+            self.final_obs[local] = None
+        close_quietly(old)
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            for local, _ in staged:
+                self.current = local
+                self._autoreset(local)
+                self.needs_reset[local] = False
+
+    def abort(self) -> None:
+        """Close and drop the staged envs, if any."""
+        staged, self.staged = self.staged, []
+        close_quietly([env for _, env in staged])
+
     def close(self) -> None:
         """Close every env; the first failure is re-raised after all were tried, with
         ``current`` naming the env that raised it (not the last one closed)."""
+        self.abort()
         first: BaseException | None = None
         failed = 0
         for i, env in enumerate(self.envs):
@@ -634,3 +805,12 @@ class EnvSlab:
         if first is not None:
             self.current = failed
             raise first
+
+
+def close_quietly(envs: Sequence[Env[Any, Any]]) -> None:
+    """Close ``envs``, dropping their close errors (envs being discarded either way)."""
+    for env in envs:
+        try:
+            env.close()
+        except Exception:
+            pass  # nothing to report to: the env is dropped

@@ -41,7 +41,7 @@ from subvec._batch import BatchViews
 from subvec._compat import DEFAULT_INFO_FORMAT, AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._front.recovery import DEFAULT_MAX_RESTARTS
-from subvec._front.setup import Hello, ObservationMode
+from subvec._front.setup import Hello, ObservationMode, TimeoutArg
 from subvec._pickling import pickle_factories
 from subvec._process.bootstrap import registry_snapshot
 from subvec._process.gpus import WorkerEnvSpec, check_worker_env
@@ -122,6 +122,11 @@ class _Spawner:
         actor = self.actor_class.options(scheduling_strategy=strategy, **self.options)
         return actor.remote(self.blobs[lo:hi], lo, inner, self.registry, self.caps, replaces)
 
+    def set_factories(self, blobs: Mapping[int, bytes]) -> None:
+        """Build env ``i`` from ``blobs[i]`` from now on (a reconfigure's)."""
+        for env, blob in blobs.items():
+            self.blobs[env] = blob
+
 
 class RayVectorEnv(VectorFront):
     """Run ``len(env_fns)`` envs on Ray actors, each holding a local SubprocVectorEnv.
@@ -168,7 +173,8 @@ class RayVectorEnv(VectorFront):
             until the next call.
         batch_size: how many envs ``recv()`` returns by default (asynchronous stepping).
         timeout: default timeout in seconds of every ``*_wait`` (None: wait forever, still
-            noticing a dead actor at once).
+            noticing a dead actor at once), or one per command (``{"reset": 120, "step":
+            30, "call": 60}``), as SubprocVectorEnv's.
         start_timeout: bound on the placement group becoming ready and on the actors building
             their envs, at construction and for a replacement.
         on_worker_failure: ``"raise"`` (an actor's death, or a worker dying inside one, raises
@@ -184,6 +190,7 @@ class RayVectorEnv(VectorFront):
             ``actor_options={"runtime_env": {"env_vars": ...}}``.
         build_retries: as SubprocVectorEnv's, in each actor's workers (the failed attempts
             are recorded in the actor's vector env, not here).
+        freeze: as SubprocVectorEnv's.
 
     Raises:
         PlacementError: the placement group asks for more than the cluster has, or is not
@@ -209,12 +216,13 @@ class RayVectorEnv(VectorFront):
         info_format: str = DEFAULT_INFO_FORMAT,
         copy: bool = True,
         batch_size: int | None = None,
-        timeout: float | None = None,
+        timeout: TimeoutArg = None,
         start_timeout: float | None = 120,
         on_worker_failure: str = "raise",
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         worker_env: WorkerEnvSpec = None,
         build_retries: int = 0,
+        freeze: bool = False,
     ) -> None:
         super().__init__()
         self._configure(
@@ -228,6 +236,7 @@ class RayVectorEnv(VectorFront):
             batch_size=batch_size,
             start_timeout=start_timeout,
             observation_mode=observation_mode,
+            freeze=freeze,
         )
         if context is not None:
             multiprocessing.get_context(context)  # ValueError: cannot find context for '...'
@@ -288,6 +297,7 @@ class RayVectorEnv(VectorFront):
                 blobs=blobs,
                 inner={
                     "autoreset_mode": self.autoreset_mode,
+                    "freeze": self.freeze,
                     "on_worker_failure": self.on_worker_failure,
                     "max_restarts": self.max_restarts,
                     "start_timeout": self.start_timeout,

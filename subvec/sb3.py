@@ -42,6 +42,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from subvec._commands import PerEnv
 from subvec._compat import AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._sb3_ops import Op, SB3EnvFactory, class_path, run_op
@@ -297,7 +298,20 @@ class SubprocVecEnv(VecEnv):
         if not targets:
             return []
         ids = None if indices is None else targets
-        payload = (op, cloudpickle.dumps(args))
+        blob: bytes | PerEnv
+        if op is Op.ENV_METHOD and PerEnv.in_call(args[1], args[2]):
+            # one pickle per env called, each with its own values of the PerEnv arguments
+            name, method_args, method_kwargs = args
+            PerEnv.check(method_args, method_kwargs, len(targets), name)
+            blob = PerEnv(
+                [
+                    cloudpickle.dumps((name, *PerEnv.of_env(method_args, method_kwargs, j)))
+                    for j in range(len(targets))
+                ]
+            )
+        else:
+            blob = cloudpickle.dumps(args)
+        payload = (op, blob)
         name = f"{op.value} {args[0]!r}"
         return list(self.vector_env._call_envs(run_op, payload, ids, name))
 
@@ -317,7 +331,15 @@ class SubprocVecEnv(VecEnv):
         indices: VecEnvIndices = None,
         **method_kwargs: Any,
     ) -> list[Any]:
-        """Call ``method_name`` of each env in ``indices``; one result per index."""
+        """Call ``method_name`` of each env in ``indices``; one result per index.
+
+        A :class:`subvec.PerEnv` argument gives the ``j``-th env of ``indices`` (every env:
+        env ``j``) its ``j``-th value (``env_method("set_init_state", PerEnv(states),
+        indices=ids)``).
+
+        Raises:
+            ValueError: a PerEnv argument without one value per index.
+        """
         return self._run(Op.ENV_METHOD, indices, method_name, method_args, method_kwargs)
 
     def has_attr(self, attr_name: str) -> bool:

@@ -38,7 +38,7 @@ from subvec._front.front import VectorFront
 from subvec._front.merge import Part
 from subvec._front.recovery import DEFAULT_MAX_RESTARTS
 from subvec._front.recycle import RecyclePolicy
-from subvec._front.setup import EnvsHello, Hello, ObservationMode
+from subvec._front.setup import EnvsHello, Hello, ObservationMode, TimeoutArg
 from subvec._front.state import _WAITING, _State
 from subvec._pickling import pickle_factories
 from subvec._process import wire as proto
@@ -121,7 +121,10 @@ class SubprocVectorEnv(VectorFront):
             info; for an env that ended with same-step autoreset, the reset's info plus
             ``final_obs`` and ``final_info``; used by the Stable-Baselines3 adapter).
         timeout: default timeout in seconds for every ``*_wait`` (``None``: wait forever, still
-            watching for dead workers).
+            watching for dead workers), or one per command: a mapping of ``"reset"``,
+            ``"step"`` and ``"call"`` to seconds (``{"reset": 120, "step": 30}``; a command
+            not named is not bounded; an action chunk of K sub-steps gets K times the step's).
+            What times out follows ``on_worker_failure``.
         start_timeout: bound on building the envs at construction (``None``: no bound).
         on_worker_failure: ``"raise"`` (default: a dead or hung worker breaks the vector env,
             like AsyncVectorEnv) or ``"restart"``: the worker is replaced, its envs rebuilt and
@@ -166,6 +169,13 @@ class SubprocVectorEnv(VectorFront):
             same worker, after a short pause (0.1 s, doubling, at most 2 s); each failed
             attempt is in ``build_failures``. When every attempt fails, the last error is
             raised (its type kept, naming the env).
+        freeze: fixed-horizon rollouts (needs ``autoreset_mode`` DISABLED, which it implies
+            when none is given): an env whose episode ended is not stepped again until it is
+            reset. ``step``, ``step_chunk`` and ``send`` give it its final observation again,
+            reward 0, both flags False (its end is reported once, on the step it happened, so
+            gymnasium's RecordEpisodeStatistics counts each episode once) and the info
+            ``frozen`` True (a chunk: at sub-step 0, with ``chunk_steps`` 0); a masked
+            ``reset(options={"reset_mask": mask})`` starts its next episode.
 
     Raises:
         NotImplementedError: the platform cannot run the workers (Windows; see
@@ -192,7 +202,7 @@ class SubprocVectorEnv(VectorFront):
         numa: Any = "auto",
         pin: str = "node",
         info_format: str = DEFAULT_INFO_FORMAT,
-        timeout: float | None = None,
+        timeout: TimeoutArg = None,
         start_timeout: float | None = None,
         on_worker_failure: str = "raise",
         max_restarts: int = DEFAULT_MAX_RESTARTS,
@@ -206,6 +216,7 @@ class SubprocVectorEnv(VectorFront):
         worker_env: WorkerEnvSpec = None,
         max_concurrent_starts: int | None = None,
         build_retries: int = 0,
+        freeze: bool = False,
     ) -> None:
         super().__init__()
         check_platform()
@@ -229,6 +240,7 @@ class SubprocVectorEnv(VectorFront):
             batch_size=batch_size,
             start_timeout=start_timeout,
             observation_mode=observation_mode,
+            freeze=freeze,
         )
         #: threads per pool in each worker (None: the libraries' own default)
         self.worker_threads = check_threads(worker_threads)
@@ -283,6 +295,7 @@ class SubprocVectorEnv(VectorFront):
             max_concurrent_starts=max_concurrent_starts,
             build_retries=build_retries,
             wake=self.layout.wake,
+            freeze=self.freeze,
         )
         self._finalizer = weakref.finalize(self, release, self._pool.resources)
         # The tracker must run before any worker exists so that all share it (see _shm).
@@ -295,7 +308,12 @@ class SubprocVectorEnv(VectorFront):
             if self.parent_envs:  # built here while the workers build theirs
                 first = self.num_envs - self.parent_envs
                 self._local = LocalShare(
-                    self.env_fns[first:], first, self.num_workers, self.autoreset_mode
+                    self.env_fns[first:],
+                    first,
+                    self.num_workers,
+                    self.autoreset_mode,
+                    self.freeze,
+                    build_retries,
                 )
             self._pool.handshake(self._pool.workers, start_timeout)
             hellos: list[EnvsHello] = [w.hello for w in self._pool.workers if w.hello]
@@ -403,7 +421,7 @@ class SubprocVectorEnv(VectorFront):
             if self._obs_slots is not None:
                 self._pick_obs_slot()
             self._state = state = _State.WAITING_STEP
-            timeout = self.default_timeout
+            timeout = self.step_timeout
             restart = self._policy.can_restart
             try:
                 collected = self._pool.exchange(
@@ -453,7 +471,7 @@ class SubprocVectorEnv(VectorFront):
             sent = self._chunk_sent = (command, proto.encode_step_envs(command))
         payload = sent[1]
         self._state = state = _State.WAITING_CHUNK
-        timeout = self.default_timeout
+        timeout = self.timeouts.chunk(command.substeps)
         restart = self._policy.can_restart
         try:
             collected = self._pool.exchange_frame(
@@ -509,7 +527,7 @@ class SubprocVectorEnv(VectorFront):
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._begin(_State.WAITING_CALL)  # only checks: the workers must be idle
-        counters = self._pool.counters(self.default_timeout if timeout is None else timeout)
+        counters = self._pool.counters(self.timeouts.call if timeout is None else timeout)
         return worker_stats(
             self._pool.workers, counters, self.restarts, self.recycles, self.build_failures
         )

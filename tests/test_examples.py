@@ -41,6 +41,12 @@ EXAMPLES = [
         [],
         "same rewards from the same seeds",
     ),
+    (
+        "vla_rollout.py",
+        ["--num-envs", "2", "--group", "1", "--rollouts", "3", "--max-steps", "16", "--size", "64"],
+        ["mujoco"],
+        "0 blank frames",
+    ),
 ]
 
 

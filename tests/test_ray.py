@@ -39,6 +39,7 @@ from subvec import EnvError, PlacementError, WorkerDiedError  # noqa: E402
 from subvec._commands import Command  # noqa: E402
 from subvec._compat import AutoresetMode  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
+from tests import vla_checks  # noqa: E402
 from tests.envs import (  # noqa: E402
     OptionsEnv,
     StartMethodEnv,
@@ -640,3 +641,91 @@ def test_killed_actor_mid_chunk_comes_back_truncated_at_sub_step_zero() -> None:
         assert truncs[:2, 0].all() and rewards[:2].tolist() == [[0.0] * 3] * 2
         assert infos["_worker_restarted"][:, 0].tolist() == [True, True, False, False]
         assert len(envs.restarts) == 1
+
+
+# --- robot-learning rollouts (tests/vla_checks.py) --------------------------------------------
+
+
+def test_metadata_none_or_not_a_mapping_reads_as_empty() -> None:
+    vla_checks.check_metadata_none_and_non_dict(RayEnvs)
+
+
+def test_per_env_call_arguments_reach_the_envs_of_each_actor() -> None:
+    vla_checks.check_per_env_call_arguments(RayEnvs)
+
+
+def test_sb3_env_method_takes_per_env_arguments_on_ray() -> None:
+    vla_checks.check_sb3_env_method_per_env(backend="ray", num_actors=2, local_workers=1)
+
+
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
+def test_timeouts_per_command_on_ray() -> None:
+    vla_checks.check_timeouts_per_command(RayEnvs)
+
+
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
+@pytest.mark.parametrize("policy", ["raise", "restart"])
+def test_hung_reset_step_and_chunk_follow_the_failure_policy_on_ray(policy: str) -> None:
+    vla_checks.check_hung_reset_step_and_chunk(RayEnvs, policy)
+
+
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
+def test_hung_step_and_chunk_raise_within_their_bounds_on_ray() -> None:
+    vla_checks.check_hung_step_and_chunk_raise(RayEnvs)
+
+
+def test_freeze_step_against_single_envs_and_masked_reset_on_ray() -> None:
+    vla_checks.check_freeze_step_and_masked_reset(RayEnvs)
+
+
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
+def test_freeze_chunks_against_single_envs_on_ray() -> None:
+    vla_checks.check_freeze_chunks(RayEnvs)
+
+
+def test_freeze_send_recv_against_single_envs_on_ray() -> None:
+    vla_checks.check_freeze_send_recv(RayEnvs)
+
+
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
+def test_freeze_under_record_episode_statistics_and_normalize_reward_on_ray() -> None:
+    vla_checks.check_freeze_under_gymnasium_wrappers(RayEnvs)
+
+
+def actor_worker_pids(envs: RayVectorEnv) -> list[int]:
+    return [pid for record in envs.placement for pid in record.worker_pids]
+
+
+def test_reconfigure_all_and_some_envs_inside_the_live_actors() -> None:
+    vla_checks.check_reconfigure_all_and_some(RayEnvs, actor_worker_pids)
+
+
+def test_reconfigure_refused_keeps_the_old_envs_on_ray(tmp_path: Path) -> None:
+    vla_checks.check_reconfigure_refused_keeps_the_old_envs(RayEnvs, str(tmp_path))
+
+
+def test_reconfigured_envs_wait_for_a_reset_on_ray() -> None:
+    vla_checks.check_reconfigure_waits_for_a_reset(RayEnvs)
+
+
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
+@pytest.mark.parametrize("policy", ["raise", "restart"])
+def test_reconfigure_with_an_actor_worker_dying(policy: str) -> None:
+    vla_checks.check_reconfigure_with_a_unit_dying(RayEnvs, policy)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "freeze"])
+def test_suspend_resume_continues_with_the_state_hook_on_ray(mode: str) -> None:
+    kwargs = {"freeze": True} if mode == "freeze" else {"autoreset_mode": mode}
+    vla_checks.check_suspend_resume_continues_with_the_state_hook(
+        RayEnvs, actor_worker_pids, **kwargs
+    )
+
+
+def test_suspend_resume_without_the_hook_resets_on_ray() -> None:
+    vla_checks.check_suspend_resume_without_the_hook_resets(RayEnvs)
+
+
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
+def test_a_resume_that_fails_stays_suspended_on_ray(tmp_path: Path) -> None:
+    vla_checks.check_resume_that_fails_stays_suspended(RayEnvs, str(tmp_path / "cannot-start"))

@@ -15,6 +15,7 @@ import numpy as np
 
 from subvec._front.async_stats import AsyncStats
 from subvec._front.options import ResetOptions
+from subvec._front.setup import Timeouts
 from subvec._front.stepping import AsyncEngine
 from subvec._seeding import SeedArg
 
@@ -26,7 +27,7 @@ class AsyncCalls:
 
     # The front's, declared for the type checker.
     _async: AsyncEngine
-    default_timeout: float | None
+    timeouts: Timeouts
 
     if TYPE_CHECKING:
 
@@ -93,7 +94,9 @@ class AsyncCalls:
                 envs in flight or held, since no others can become ready). 0: wait for
                 none; the batch may be empty.
             max_envs: return at most this many (default ``max(batch_size, min_envs)``).
-            timeout: seconds to wait for ``min_envs`` (None: the constructor's ``timeout``).
+            timeout: seconds to wait (None: the constructor's ``timeout``; of a per-command
+                ``timeout``, the longest bound of the commands in flight, a reset's or a
+                step's).
             deadline: once ``min_envs`` are ready, keep collecting until ``max_envs`` are, or
                 until ``deadline`` seconds after the call began, whichever comes first (None:
                 return at once with what is ready then).
@@ -117,8 +120,8 @@ class AsyncCalls:
             WorkerDiedError: a worker died (with on_worker_failure="raise").
         """
         self._assert_is_running()
-        if timeout is None:
-            timeout = self.default_timeout
+        if timeout is None:  # the longest bound of the commands in flight
+            timeout = self.timeouts.longest(self._async.in_flight_kinds())
         return self._async.recv(min_envs, max_envs, timeout, deadline, env_ids)
 
     def poll(
@@ -185,4 +188,4 @@ class AsyncCalls:
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._assert_is_running()
-        return self._async.drain(self.default_timeout)
+        return self._async.drain(self.timeouts.longest(self._async.in_flight_kinds()))

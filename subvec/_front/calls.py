@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subvec._backend import Unit
-from subvec._commands import CallPayload, Command, SetAttrPayload
+from subvec._commands import CallPayload, Command, PerEnv, SetAttrPayload
 from subvec._front.exchange import LockstepExchange
 from subvec._front.state import _State
 from subvec._front.units import Units
@@ -47,15 +47,16 @@ class EnvCalls:
 
         Args:
             name: a method or attribute of the envs (through their wrappers).
-            *args: positional arguments of the call.
+            *args: positional arguments of the call; a :class:`subvec.PerEnv` gives the
+                ``j``-th env called its ``j``-th value (env ``env_ids[j]``, or env ``j``).
             env_ids: the envs to call, in the order of the results (default: every env).
                 Only the workers holding them get the command. (A keyword argument of the
                 method named ``env_ids`` cannot be passed through ``call``.)
             **kwargs: keyword arguments of the call.
 
         Raises:
-            ValueError, TypeError: an unknown, negative, repeated or non-integer env id
-                (nothing is sent).
+            ValueError, TypeError: an unknown, negative, repeated or non-integer env id, or
+                a PerEnv argument without one value per env called (nothing is sent).
             AlreadyPendingCallError: another call is pending.
             ClosedEnvironmentError: the vector env is closed.
         """
@@ -66,17 +67,40 @@ class EnvCalls:
     def _start_call(self, payload: CallPayload, ids: list[int] | None) -> None:
         """Send a CALL to every unit (``ids`` None) or to the units holding ``ids`` (checked;
         repeats allowed), each told which of its envs to call, in the order of ``ids``."""
+        per_env = PerEnv.in_call(payload.args, payload.kwargs)
+        if per_env:  # checked before anything is sent
+            count = self.num_envs if ids is None else len(ids)
+            PerEnv.check(payload.args, payload.kwargs, count, payload.name)
         self._call_ids = ids
         if ids is None:
             self._call_units = None
-            self._exchange.send(Command.CALL, payload)
+            if not per_env:
+                self._exchange.send(Command.CALL, payload)
+            else:
+
+                def each_unit(unit: Unit) -> CallPayload:
+                    args, kwargs = PerEnv.pick(
+                        payload.args, payload.kwargs, range(unit.lo, unit.hi)
+                    )
+                    return payload._replace(args=args, kwargs=kwargs)
+
+                self._exchange.send(Command.CALL, per_unit=each_unit)
         else:
             targets = self._by_unit(ids)
             self._call_units = frozenset(targets)
+            # each unit's envs' positions in ``ids``: its share of the PerEnv arguments
+            positions: dict[int, list[int]] = {}
+            if per_env:
+                for j, e in enumerate(ids):
+                    positions.setdefault(self._units.index_of_env(e), []).append(j)
             if targets:
 
                 def per_unit(unit: Unit) -> CallPayload:
-                    return payload._replace(envs=[e - unit.lo for e in targets[unit.index]])
+                    part = payload._replace(envs=[e - unit.lo for e in targets[unit.index]])
+                    if not per_env:
+                        return part
+                    args, kwargs = PerEnv.pick(payload.args, payload.kwargs, positions[unit.index])
+                    return part._replace(args=args, kwargs=kwargs)
 
                 self._exchange.send(Command.CALL, per_unit=per_unit, only=self._call_units)
         self._state = _State.WAITING_CALL
@@ -114,14 +138,16 @@ class EnvCalls:
 
         Args:
             name: a method or attribute of the envs (through their wrappers).
-            *args, **kwargs: the call's arguments.
+            *args, **kwargs: the call's arguments; a :class:`subvec.PerEnv` argument gives
+                the ``j``-th env called its ``j``-th value.
             env_ids: the envs to call (default: every env); the other envs' workers stay idle.
 
         Returns:
             One result per env, in the order of ``env_ids`` (default: env order).
 
         Raises:
-            ValueError, TypeError: an unknown, negative, repeated or non-integer env id.
+            ValueError, TypeError: an unknown, negative, repeated or non-integer env id, or
+                a PerEnv argument without one value per env called.
             EnvError: an env raised (its type kept, naming the env).
         """
         self.call_async(name, *args, env_ids=env_ids, **kwargs)

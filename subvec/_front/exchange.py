@@ -42,6 +42,7 @@ from subvec._front.options import ResetRequest
 from subvec._front.recovery import FailurePolicy, Recovery
 from subvec._front.recycle import Recycler
 from subvec._front.results import block_parts, reply_errors
+from subvec._front.setup import Timeouts
 from subvec._front.state import _WAITING, _State
 from subvec._front.units import Units
 from subvec._infos import InfoBlockReader
@@ -64,7 +65,7 @@ class ExchangeFront(Protocol):
     #: the call state: idle again once a call's answers are in
     _state: _State
     #: the bound of a call given none
-    default_timeout: float | None
+    timeouts: Timeouts
     #: whether the restart bookkeeping has anything to do (the steady step checks only this)
     _any_restarted: bool
     #: the recycler, where the backend recycles (its resets go out with a step)
@@ -144,7 +145,7 @@ class LockstepExchange:
         unit is replaced and, for a step or reset, its envs reset (see ``_front.recovery``).
         """
         if timeout is None:
-            timeout = self.front.default_timeout
+            timeout = self.front.timeouts.of(state.value)
         restart = self.policy.can_restart
         what = _WAITING[state]
         # Units restarted during a call answer this step with their reset (see step_async).
@@ -297,7 +298,7 @@ class LockstepExchange:
         self.prepare_step()
         recycler = self.front._recycler
         if recycler is not None:  # their resets write into the slot just picked
-            recycler.before_step(self.front.default_timeout, into=self.answered)
+            recycler.before_step(self.front.timeouts.reset, into=self.answered)
         self.send(Command.STEP_ENVS, payload, per_unit=per_unit)
 
     def send_reset(self, request: ResetRequest, per_unit: Callable[[Unit], ResetPayload]) -> None:

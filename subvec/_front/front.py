@@ -11,8 +11,10 @@ The front owns its state and the components that act on it, each in a module of 
 and none holding a strong reference back: the lock-step exchange (``exchange``), recovery
 (``recovery``), the observation batch (``observations``), a step's results (``step_results``),
 reset options (``options``), the asynchronous engine (``stepping``), recycling (``recycle``)
-and action chunks (``chunk``). Two mixins hold no state: the public asynchronous calls, each
-handing over to the engine (``async_calls``), and calls and attributes (``calls``). What it is
+and action chunks (``chunk``). Three mixins hold no state: the public asynchronous calls, each
+handing over to the engine (``async_calls``), calls and attributes (``calls``), the swap
+of envs inside the live units (``reconfigure``), and ending and restarting the units between
+rollouts (``suspend``). What it is
 built from is ``setup``; its units and every replacement of one go through ``units``; the call
 states are ``state``. The batch arrays are the backend's, seen through ``subvec._batch``.
 
@@ -47,19 +49,24 @@ from subvec._front.exchange import LockstepExchange
 from subvec._front.merge import Part, make_merger
 from subvec._front.observations import ObservationBatch
 from subvec._front.options import EnvResetOptions, ResetOptions, ResetRequest
+from subvec._front.reconfigure import EnvReconfigure
 from subvec._front.recovery import FailurePolicy, Recovery
 from subvec._front.recycle import RecyclePolicy, Recycler, RssReader
 from subvec._front.setup import (
     EnvsHello,
     ObservationMode,
+    TimeoutArg,
     batched_spaces,
     check_batch_size,
+    check_freeze,
     check_info_format,
     check_observation_mode,
+    check_timeouts,
 )
 from subvec._front.state import _ASYNC_NAME, _State, pending_call, weak_method
 from subvec._front.step_results import StepResults
 from subvec._front.stepping import AsyncEngine, FrontHooks
+from subvec._front.suspend import Suspension
 from subvec._front.units import Units
 from subvec._kwargs import accepts_any_keyword, check_kwargs, options_of
 from subvec._late_binding import warn_of_late_binding
@@ -85,7 +92,7 @@ def public_name(cls: type) -> str:
     return next((c.__name__ for c in cls.__mro__ if not c.__name__.startswith("_")), cls.__name__)
 
 
-class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
+class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBase):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``; ``AsyncCalls``)
     delegate to an :class:`~subvec._front.stepping.AsyncEngine`."""
@@ -125,12 +132,13 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
         info_format: str,
         *,
         copy: bool,
-        timeout: float | None,
+        timeout: TimeoutArg,
         on_worker_failure: str,
         max_restarts: int,
         batch_size: int | None = None,
         start_timeout: float | None = None,
         observation_mode: ObservationMode = "same",
+        freeze: bool = False,
     ) -> None:
         """Keep the env factories and check and keep the options every backend shares
         (before any backend starts).
@@ -150,10 +158,21 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
         self.num_envs = num_envs
         #: how many envs ``recv()`` returns by default
         self.batch_size = check_batch_size(batch_size, num_envs)
+        if freeze and autoreset_mode is None:
+            autoreset_mode = AutoresetMode.DISABLED  # what freezing ended envs means
         self.autoreset_mode = check_info_format(info_format, autoreset_mode)
+        #: ended envs are not stepped again until reset (``EnvSlab``'s freeze; DISABLED)
+        self.freeze = check_freeze(freeze, self.autoreset_mode)
+        #: whether stepping an ended env is refused (DISABLED without freeze)
+        self._refuses_ended = self.autoreset_mode is AutoresetMode.DISABLED and not self.freeze
         self.info_format = info_format
         self.copy = bool(copy)
+        #: each command's default bound (``timeout=``: one number, or one per command)
+        self.timeouts = check_timeouts(timeout)
+        #: the ``timeout`` as given (a number, None, or the mapping of one per command)
         self.default_timeout = timeout
+        #: the step's, read by the steady step
+        self.step_timeout = self.timeouts.step
         #: ``"same"``, ``"different"`` or ``(observation_space, single_observation_space)``
         self.observation_mode = check_observation_mode(observation_mode)
         self._backends: list[Backend] = []
@@ -280,6 +299,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
             policy=self._policy,
             spaces=(self.single_observation_space, self.single_action_space),
             autoreset_mode=self.autoreset_mode,
+            refuses_ended=self._refuses_ended,
             info_format=self.info_format,
             batch_size=self.batch_size,
             hooks=FrontHooks(
@@ -363,10 +383,17 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
 
     # --- state checks ------------------------------------------------------------------------
 
-    def _assert_is_running(self) -> None:
+    def _assert_open(self) -> None:
         if self.closed:
             raise ClosedEnvironmentError(
                 f"Trying to operate on `{public_name(type(self))}`, after a call to `close()`."
+            )
+
+    def _assert_is_running(self) -> None:
+        self._assert_open()
+        if self._state is _State.SUSPENDED:
+            raise RuntimeError(
+                "the vector env is suspended: resume() starts its units again (or close() it)"
             )
         if self._state is _State.BROKEN:
             raise BrokenVectorEnvError(
@@ -454,10 +481,11 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
                 "discarded). Press Ctrl-C again to stop waiting; close() then ends those "
                 "workers within seconds."
             )
-            got = backend.collect(self.default_timeout, what, units=still)
+            bound = self.timeouts.of(self._interrupted_call)
+            got = backend.collect(bound, what, units=still)
             hung = [f for f in got.failures if f.kind == "hung"] if got else []
             if hung:
-                raise hung[0].to_error(self.default_timeout or 0.0)
+                raise hung[0].to_error(bound or 0.0)
         self._state = _State.IDLE
         return True
 
@@ -523,10 +551,10 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
             seed = self._first_reset_seed
         request = self._reset_options.request(seed, options)
         if broken:
-            request.include(self._recovery.rebuild(self._build_timeout(self.default_timeout)))
+            request.include(self._recovery.rebuild(self._build_timeout(self.timeouts.reset)))
             self._state = _State.IDLE
         if self._recycler is not None:  # before the slot pick: the units change
-            self._recycler.on_reset(request.seeds, request.mask, self.default_timeout)
+            self._recycler.on_reset(request.seeds, request.mask, self.timeouts.reset)
         self._reset_request = request
         self._exchange.send_reset(request, self._reset_options.payloads(request))
         self._state = _State.WAITING_RESET
@@ -662,7 +690,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
 
     def _begin_step(self, state: _State = _State.WAITING_STEP) -> None:
         self._begin(state)
-        if self.autoreset_mode is AutoresetMode.DISABLED and self._needs_reset.any():
+        if self._refuses_ended and self._needs_reset.any():
             ended = np.flatnonzero(self._needs_reset).tolist()
             raise ValueError(
                 f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: reset them "
@@ -757,7 +785,7 @@ class VectorFront(AsyncCalls, EnvCalls, VectorEnvBase):
             if parts is None:
                 self._exchange.send(Command.STEP_ENVS, per_unit=per_unit)
                 self._state = _State.WAITING_CHUNK
-                parts = self._exchange.collect(_State.WAITING_CHUNK, None)
+                parts = self._exchange.collect(_State.WAITING_CHUNK, self.timeouts.chunk(chunk))
             return chunks.results(
                 parts,
                 views,

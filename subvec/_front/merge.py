@@ -169,7 +169,10 @@ def merge_chunk_infos(
             {"chunk_steps": int(s), "infos": [{} for _ in range(int(s))]} for s in steps
         ]
         for i, k, info in events:
-            per_env[i]["infos"][k].update(info)
+            sub = per_env[i]["infos"]
+            if k >= len(sub):  # a frozen env's event, at sub-step 0 of none executed
+                sub.extend({} for _ in range(k + 1 - len(sub)))
+            sub[k].update(info)
         return per_env
     rows = num_envs * chunk
     infos: dict[str, Any] = {}

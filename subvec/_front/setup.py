@@ -29,16 +29,22 @@ from subvec._compat import (
 from subvec._compat import (
     check_observation_mode as supported_observation_mode,
 )
+from subvec._slab import env_metadata
 
 __all__ = [
+    "COMMAND_TIMEOUTS",
     "EnvsHello",
     "Hello",
     "ObservationMode",
     "Spaces",
+    "TimeoutArg",
+    "Timeouts",
     "batched_spaces",
     "check_batch_size",
+    "check_freeze",
     "check_info_format",
     "check_observation_mode",
+    "check_timeouts",
     "copy_nest",
     "parse_autoreset",
     "view_nest",
@@ -81,7 +87,7 @@ class Hello:
         return cls(
             [env.observation_space for env in envs],
             [env.action_space for env in envs],
-            dict(envs[0].metadata),
+            env_metadata(envs[0]),
             envs[0].render_mode,
         )
 
@@ -94,6 +100,99 @@ class Hello:
             hello["metadata"],
             hello["render_mode"],
         )
+
+
+#: the commands a ``timeout=`` mapping may bound, each by its own key
+COMMAND_TIMEOUTS = ("reset", "step", "call")
+#: ``timeout=``: seconds for every wait, None (no bound), or seconds per command
+TimeoutArg = float | Mapping[str, float | None] | None
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """The default bound of each command's wait (None: wait forever), from ``timeout=``.
+
+    ``reset`` bounds ``reset``/``reset_wait`` and async resets; ``step`` bounds ``step``,
+    ``step_wait`` and each async step's wait, and a chunk of K sub-steps ``K * step``
+    (:meth:`chunk`); ``call`` bounds ``call``, ``get_attr``, ``set_attr``, ``render``,
+    ``set_reset_options`` and ``stats``. A wait given its own ``timeout`` uses that."""
+
+    reset: float | None = None
+    step: float | None = None
+    call: float | None = None
+
+    def of(self, command: str) -> float | None:
+        """The bound of ``command`` (``"reset"``, ``"call"``; anything else is a step)."""
+        if command == "reset":
+            return self.reset
+        if command == "call":
+            return self.call
+        return self.step
+
+    def chunk(self, substeps: int) -> float | None:
+        """The bound of an action chunk of ``substeps`` sub-steps: ``substeps * step``."""
+        return None if self.step is None else self.step * substeps
+
+    def longest(self, kinds: Sequence[str]) -> float | None:
+        """The longest bound of the commands ``kinds`` (``"reset"``/``"step"``; None when
+        any is unbounded, or for no command): what one wait for all of them is given."""
+        bounds = [self.reset if kind == "reset" else self.step for kind in kinds]
+        if not bounds or any(b is None for b in bounds):
+            return None
+        return max(b for b in bounds if b is not None)
+
+
+def check_freeze(freeze: object, autoreset_mode: AutoresetMode) -> bool:
+    """``freeze`` if it goes with ``autoreset_mode`` (only DISABLED: the other modes reset an
+    ended env themselves).
+
+    Raises:
+        ValueError: freeze with NEXT_STEP or SAME_STEP.
+        TypeError: not a bool.
+    """
+    if not isinstance(freeze, (bool, np.bool_)):
+        raise TypeError(f"freeze must be True or False, got {freeze!r}")
+    if freeze and autoreset_mode is not AutoresetMode.DISABLED:
+        raise ValueError(
+            f"freeze=True freezes ended envs until the caller resets them, which needs "
+            f"autoreset_mode=DISABLED (or no autoreset_mode); got {autoreset_mode}, which "
+            "resets them itself"
+        )
+    return bool(freeze)
+
+
+def check_timeouts(timeout: object) -> Timeouts:
+    """``timeout=`` as :class:`Timeouts`: a number (or None) for every command alike, or a
+    mapping of ``"reset"``, ``"step"`` and ``"call"`` to seconds (a command not named, or
+    given None, is not bounded).
+
+    Raises:
+        ValueError: an unknown key, or a negative bound.
+        TypeError: a bound that is not a number.
+    """
+
+    def seconds(value: object, where: str) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(
+                f"timeout{where} must be a number of seconds or None, got {value!r} "
+                f"({type(value).__name__})"
+            )
+        if not value >= 0:
+            raise ValueError(f"timeout{where} must be seconds (>= 0) or None, got {value!r}")
+        return float(value)
+
+    if isinstance(timeout, Mapping):
+        unknown = sorted(str(k) for k in timeout if k not in COMMAND_TIMEOUTS)
+        if unknown:
+            raise ValueError(
+                f"timeout: unknown command(s) {unknown}; a timeout mapping takes the keys "
+                f"{list(COMMAND_TIMEOUTS)} (a chunk's bound is K times the step's)"
+            )
+        return Timeouts(**{k: seconds(v, f"[{k!r}]") for k, v in timeout.items()})
+    bound = seconds(timeout, "")
+    return Timeouts(bound, bound, bound)
 
 
 def check_observation_mode(mode: object) -> ObservationMode:

@@ -28,6 +28,7 @@ class _State(enum.Enum):
     #: them first (``VectorFront._settle_interrupted``)
     INTERRUPTED = "interrupted"
     BROKEN = "broken"
+    SUSPENDED = "suspended"  # the units ended by suspend() (see _front.suspend)
 
 
 _WAITING = {state: f"waiting for {state.value}" for state in _State}

@@ -22,6 +22,7 @@ from subvec._front.merge import InfoMerger, Part
 from subvec._front.observations import ObservationBatch
 from subvec._front.recycle import Recycler
 from subvec._front.results import final_obs_parts
+from subvec._front.setup import Timeouts
 from subvec._front.units import Units
 
 __all__ = ["StepFront", "StepResults"]
@@ -35,7 +36,7 @@ class StepFront(Protocol):
     #: the recycler, where the backend recycles
     _recycler: Recycler | None
     #: the bound of a call given none (recycling's same-step resets)
-    default_timeout: float | None
+    timeouts: Timeouts
 
 
 class StepResults:
@@ -101,7 +102,7 @@ class StepResults:
             parts = final_obs_parts(parts, self.units.all, ended, restarted, self.final_obs_rows)
         if recycler is not None:
             parts = recycler.same_step(
-                parts, self.terminations, self.truncations, front.default_timeout
+                parts, self.terminations, self.truncations, front.timeouts.reset
             )
         obs = self.obs.out(parts)
         infos = self.merge_infos(parts)

@@ -147,6 +147,8 @@ class AsyncEngine:
         policy: the failure policy (restarts are made through it).
         spaces: the single observation and action spaces.
         autoreset_mode, info_format, batch_size: the front's settings.
+        refuses_ended: whether an ended env is refused work until reset (DISABLED without
+            freeze).
         hooks: what the front does for the engine (see :class:`FrontHooks`).
     """
 
@@ -166,6 +168,7 @@ class AsyncEngine:
         info_format: str,
         batch_size: int,
         hooks: FrontHooks,
+        refuses_ended: bool = False,
     ) -> None:
         self._units = units
         self._collect_order = collect_order
@@ -175,6 +178,8 @@ class AsyncEngine:
         self.single_observation_space, self.single_action_space = spaces
         self.num_envs = len(needs_reset)
         self.autoreset_mode = autoreset_mode
+        #: DISABLED without freeze: an ended env is not sent work until it is reset
+        self._refuses_ended = refuses_ended
         self.info_format = info_format
         self.batch_size = batch_size
         self._env_obs = env_obs
@@ -261,6 +266,11 @@ class AsyncEngine:
             list(range(units[g * per].lo, units[(g + 1) * per - 1].hi)) for g in range(num_groups)
         ]
 
+    def in_flight_kinds(self) -> list[str]:
+        """The commands in flight (``"reset"``, ``"step"``), one per unit; with results
+        held and nothing in flight, ``["step"]`` (what a wait would be for)."""
+        return [flight.kind for flight in self._flight.values()] or ["step"]
+
     def _outstanding(self) -> bool:
         return bool(self._flight or any(self._queued.values()) or self._ready)
 
@@ -341,7 +351,7 @@ class AsyncEngine:
                 f"envs {taken} are in flight or hold a result no recv() returned yet: "
                 "recv() them before sending them new actions"
             )
-        if self.autoreset_mode is AutoresetMode.DISABLED:
+        if self._refuses_ended:
             ended = [int(e) for e in ids if self._needs_reset[e]]
             if ended:
                 raise ValueError(

@@ -28,6 +28,10 @@ class Units:
         self._unit_of_env = np.empty(num_envs, dtype=np.int64)
         self._refresh()
 
+    def refresh(self) -> None:
+        """Read the units again from the backends (after they all started again)."""
+        self._refresh()
+
     def _refresh(self) -> None:
         #: every unit, sorted by its first env
         self.all: list[Unit] = sorted(

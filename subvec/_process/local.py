@@ -10,7 +10,7 @@ worker's would (type kept, env index, this pid, traceback as cause).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gymnasium import Env
@@ -26,8 +26,9 @@ from subvec._commands import (
 from subvec._compat import AutoresetMode
 from subvec._process.block import bind_rows
 from subvec._process.chunks import ChunkAttachment, ChunkViews, run_chunk
+from subvec._process.starts import build_env, reconfigure_slab
 from subvec._process.wire import AttachSpec
-from subvec._slab import ChunkResult, EnvSlab, SlabResult
+from subvec._slab import ChunkResult, EnvSlab, SlabResult, close_quietly
 
 __all__ = ["LocalShare"]
 
@@ -43,31 +44,50 @@ class LocalShare:
         lo: int,
         index: int,
         autoreset_mode: AutoresetMode,
+        freeze: bool = False,
+        build_retries: int = 0,
     ) -> None:
-        """Build the envs (in the parent, while the workers build theirs).
+        """Build the envs (in the parent, while the workers build theirs), each factory tried
+        ``1 + build_retries`` times (a reconfigure's too); ``freeze``: they freeze when their
+        episodes end (``EnvSlab``).
 
         Raises:
             EnvError: an env factory raised (its type kept, naming the env).
         """
         self.index = index
+        #: how many more times a reconfigure calls a factory that raised
+        self.build_retries = build_retries
         self.lo, self.hi = lo, lo + len(env_fns)
-        envs: list[Env[Any, Any]] = []
-        try:
-            for fn in env_fns:
-                envs.append(fn())
-        except Exception as exc:
-            for env in envs:
-                env.close()
-            record = ErrorRecord.capture(exc, lo + len(envs), "make")
-            error = rebuild_remote_error(record, os.getpid())
-            raise error from error.__cause__  # the traceback as the cause, as a worker's
-        self.slab = EnvSlab(envs, lo, autoreset_mode)
+        #: what :meth:`resume` builds the envs from again
+        self._env_fns = list(env_fns)
+        self.slab = EnvSlab(self._build(env_fns, lo, build_retries), lo, autoreset_mode, freeze)
         self._pending: Callable[[], Any] | None = None
         self._command = Command.STEP_ENVS
         #: the chunk block, mapped here as a worker maps it (``_process.chunks``)
         self._chunks = ChunkAttachment()
         #: the single observation and action spaces of what the blocks hold (None: by value)
         self._spaces: tuple[Any, Any] = (None, None)
+
+    @staticmethod
+    def _build(
+        env_fns: Sequence[Callable[[], Env[Any, Any]]], lo: int, build_retries: int
+    ) -> list[Env[Any, Any]]:
+        """The envs ``lo..`` built from ``env_fns``.
+
+        Raises:
+            EnvError: a factory raised (its type kept, naming the env; the envs built so
+                far are closed).
+        """
+        envs: list[Env[Any, Any]] = []
+        try:
+            for fn in env_fns:
+                envs.append(build_env(fn, lo + len(envs), build_retries, []))
+        except Exception as exc:
+            close_quietly(envs)
+            record = ErrorRecord.capture(exc, lo + len(envs), "make")
+            error = rebuild_remote_error(record, os.getpid())
+            raise error from error.__cause__  # the traceback as the cause, as a worker's
+        return envs
 
     # --- the unit --------------------------------------------------------------------------
 
@@ -131,6 +151,12 @@ class LocalShare:
             self._pending = lambda: slab.set_attr(payload.name, payload.values, payload.envs)
         elif command is Command.SET_RESET_OPTIONS:
             self._pending = lambda: slab.set_reset_options(payload.envs, payload.options)
+        elif command is Command.SNAPSHOT:
+            self._pending = slab.snapshot
+        elif command is Command.RESTORE:
+            self._pending = lambda: slab.restore(payload.snapshots)
+        elif command is Command.RECONFIGURE:
+            self._pending = lambda: reconfigure_slab(slab, payload, None, self.build_retries, [])
         else:
             raise ValueError(f"the parent's own envs take no {command.name} command")
 
@@ -183,6 +209,27 @@ class LocalShare:
 
     def restart(self, unit: Any, timeout: float | None) -> Unit:
         raise RuntimeError("the parent's own envs cannot be restarted")
+
+    def suspend(self, timeout: float) -> None:
+        """Close the envs (their close errors dropped); :meth:`resume` builds them again."""
+        self._pending = None
+        close_quietly(self.slab.envs)
+
+    def resume(self, timeout: float | None) -> None:
+        """Build the envs again from their factories, in new slabs bound to the same rows.
+
+        Raises:
+            EnvError: a factory raised (the envs stay closed: resume again).
+        """
+        arrays = self.slab.arrays
+        envs = self._build(self._env_fns, self.lo, self.build_retries)
+        old = self.slab
+        self.slab = EnvSlab(envs, self.lo, old.autoreset_mode, old.freeze)
+        if arrays is not None:
+            self.slab.bind(arrays)
+
+    def set_factories(self, blobs: Mapping[int, bytes]) -> None:
+        """Nothing to keep: the parent's own envs are never rebuilt."""
 
     def dead(self) -> list[Any]:
         """None: these envs live and die with the parent."""

@@ -20,7 +20,7 @@ import os
 import select
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -55,6 +55,7 @@ from subvec._process.pool_workers import (
     drain,
     read_reply,
     release,
+    terminate,
     to_bell,
 )
 from subvec._process.shm import SharedBlock
@@ -98,6 +99,7 @@ class WorkerPool:
         build_retries: how many more times a worker calls a factory that raised.
         wake: ``"futex"``: after ATTACH, wake the workers and learn of their plain answers
             through the block (``subvec._process.wake``); ``"pipes"``: by the pipes alone.
+        freeze: the workers' envs freeze when their episodes end (``EnvSlab``; DISABLED).
     """
 
     inline = False
@@ -121,6 +123,7 @@ class WorkerPool:
         max_concurrent_starts: int | None = None,
         build_retries: int = 0,
         wake: str = PIPES,
+        freeze: bool = False,
     ) -> None:
         self.ctx = ctx
         self.wake = wake
@@ -135,6 +138,7 @@ class WorkerPool:
         self.registry = registry
         self.bounds = list(bounds)
         self.autoreset_mode = autoreset_mode
+        self.freeze = freeze
         self.placements = placements
         self.daemon = daemon
         self.resources = PoolResources()
@@ -214,6 +218,7 @@ class WorkerPool:
                 environ,
                 self.resources.gate,
                 self.build_retries,
+                self.freeze,
             ),
             daemon=self.daemon,
         )
@@ -678,6 +683,13 @@ class WorkerPool:
 
     # --- restart / stop -------------------------------------------------------------------
 
+    def set_factories(self, blobs: Mapping[int, bytes]) -> None:
+        """A restarted worker builds env ``i`` from ``blobs[i]`` from now on (the parent's
+        own envs, past the workers', are not ours)."""
+        for env, blob in blobs.items():
+            if env < len(self.factories):
+                self.factories[env] = blob
+
     def restart(self, worker: Worker, timeout: float | None) -> Worker:
         """Kill ``worker`` if needed and start a fresh one for the same envs, attached to the
         block. Its envs are freshly built and not yet reset.
@@ -703,6 +715,49 @@ class WorkerPool:
         if bell is not None:
             to_bell(bell, new)
         return new
+
+    def suspend(self, timeout: float) -> None:
+        """End every worker (each closes its envs first, within ``timeout``; stragglers get
+        SIGTERM, then SIGKILL), keeping the block, the start tokens and the plan for
+        :meth:`resume`. An env's close error is dropped: its process is gone either way."""
+        workers = self.workers
+        live = [w for w in workers if w.process.is_alive()]
+        self._queued.clear()
+        if live:
+            self.send(Command.CLOSE, units=live)
+            self.gather(live, timeout, "suspending")
+        terminate(workers, grace=TERMINATE_GRACE)
+        for worker in workers:
+            discard(worker)
+        workers.clear()
+        self._forget_workers()
+
+    def resume(self, timeout: float | None) -> None:
+        """Start every worker again on its placement, built and attached to the block, as at
+        construction (their envs not reset).
+
+        Raises:
+            WorkerDiedError, WorkerTimeoutError, EnvError: a worker failed to start (the
+                others are ended again: the pool stays suspended).
+        """
+        bell = self.resources.bell
+        try:
+            for index in range(len(self.bounds)):
+                if bell is not None:  # each starts from no command and no answer
+                    bell.cmd[index] = bell.mark[index] = 0
+                    bell.expected[index] = 0
+                self.workers.append(self.spawn(index))
+            self._forget_workers()
+            self.handshake(self.workers, timeout)
+            for worker in self.workers:
+                self.send_to(worker, Command.ATTACH, self._attach_payload)
+            self._answers(self.workers, timeout, "attaching the shared block")
+        except BaseException:
+            self.suspend(0.0)
+            raise
+        if bell is not None:
+            for worker in self.workers:
+                to_bell(bell, worker)
 
     def counters(self, timeout: float | None) -> dict[int, WorkerCounters]:
         """Every worker's counters (a STATS round trip; the pool must be idle).
@@ -764,7 +819,13 @@ class WorkerPool:
 #: commands whose payloads may hold lambdas and closures (a call's arguments, attribute values)
 #: or objects of the script's own classes (reset options): a worker does not run the script, so
 #: pickle's reference to ``__main__.Name`` would not resolve there; cloudpickle sends them by value
-_CLOUDPICKLED = (Command.CALL, Command.SET_ATTR, Command.RESET, Command.SET_RESET_OPTIONS)
+_CLOUDPICKLED = (
+    Command.CALL,
+    Command.SET_ATTR,
+    Command.RESET,
+    Command.SET_RESET_OPTIONS,
+    Command.RESTORE,
+)
 #: commands that run envs, and so take turns with ``max_active`` (gymnasium's max_concurrency
 #: limits ``step`` and ``reset``; calls and attributes run everywhere at once)
 _IN_TURNS = (Command.STEP, Command.RESET)

@@ -17,6 +17,10 @@ The file has no name (``tempfile.TemporaryFile``): nothing is left on disk, what
 to the parent. Its descriptor reaches a worker as a pipe's does (``multiprocessing``'s
 ``DupFd``), inherited under fork.
 
+**Reconfigure.** ``reconfigure()`` builds new envs inside live workers the same way (a token,
+the retries), beside the old ones, and swaps them in only once every unit built and checked
+its own (:func:`reconfigure_slab`).
+
 **Retries.** With ``build_retries=n`` a factory that raises is called again in the same worker,
 up to ``n`` more times, after 0.1 s, 0.2 s, ... (at most 2 s); each failed attempt is recorded
 (:class:`BuildFailure`) and reported with the worker's handshake. When every attempt fails,
@@ -35,9 +39,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing import reduction
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
 
 from subvec.errors import add_note
+
+if TYPE_CHECKING:
+    from subvec._commands import ReconfigurePayload
+    from subvec._slab import EnvSlab
 
 __all__ = [
     "BUILD_BACKOFF_S",
@@ -214,3 +224,42 @@ def build_env(
             failures.append(BuildFailure(env_index, attempt, error, os.getpid(), time.monotonic()))
             sleep(min(BUILD_BACKOFF_S * 2 ** (attempt - 1), _BUILD_BACKOFF_MAX_S))
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def reconfigure_slab(
+    slab: EnvSlab,
+    payload: ReconfigurePayload,
+    gate: StartGate | None,
+    retries: int,
+    failures: list[BuildFailure],
+) -> None:
+    """Run a RECONFIGURE on ``slab``: build the new envs (holding a start token of ``gate``,
+    each factory tried ``1 + retries`` times) and stage them beside the old ones (their
+    spaces checked), or commit or drop the staged ones. The slab's ``current`` names the env
+    a failure is about.
+
+    Raises:
+        Exception: a factory's own error (the envs built so far are closed) or the stage's
+            space mismatch; the old envs stay.
+    """
+    if payload.factories is None:
+        if payload.commit:
+            slab.commit()
+        else:
+            slab.abort()
+        return
+    new: list[Any] = []
+    try:
+        with maybe_token(gate):
+            for local, blob in zip(payload.envs, payload.factories):
+                slab.current = local
+                fn = cloudpickle.loads(blob)
+                new.append(build_env(fn, slab.first_index + local, retries, failures))
+    except BaseException:
+        for env in new:
+            try:
+                env.close()
+            except Exception:
+                pass  # the build's error is the one to report
+        raise
+    slab.stage(payload.envs, new)

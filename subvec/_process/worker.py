@@ -53,12 +53,18 @@ from subvec._process.bootstrap import Lifeline, adopt_registry, tie_to_parent
 from subvec._process.chunks import ChunkAttachment
 from subvec._process.gpus import gpu_environment
 from subvec._process.shm import SharedBlock
-from subvec._process.starts import BuildFailure, StartGate, build_env, maybe_token
+from subvec._process.starts import (
+    BuildFailure,
+    StartGate,
+    build_env,
+    maybe_token,
+    reconfigure_slab,
+)
 from subvec._process.threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._process.topology import Placement, apply_placement
 from subvec._process.wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
 from subvec._process.wire import AttachSpec, WorkerCounters, WorkerHello
-from subvec._slab import ChunkResult, EnvSlab, SlabResult
+from subvec._slab import ChunkResult, EnvSlab, SlabResult, env_metadata
 
 __all__ = ["worker_main"]
 
@@ -91,6 +97,7 @@ def worker_main(
     environ: dict[str, str | None] | None = None,
     gate: StartGate | None = None,
     build_retries: int = 0,
+    freeze: bool = False,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if threads is not None:
@@ -148,13 +155,13 @@ def worker_main(
                 pass  # the construction error is the one to report; it is already sent
         return
 
-    slab = EnvSlab(envs, first_env, AutoresetMode(autoreset_mode))
+    slab = EnvSlab(envs, first_env, AutoresetMode(autoreset_mode), freeze)
     try:
         hello = WorkerHello(
             placement=report,
             observation_spaces=[env.observation_space for env in envs],
             action_spaces=[env.action_space for env in envs],
-            metadata=dict(envs[0].metadata),
+            metadata=env_metadata(envs[0]),
             render_mode=envs[0].render_mode,
             build_failures=failures,
         )
@@ -163,7 +170,7 @@ def worker_main(
         record = ErrorRecord.capture(exc, first_env, "make")
         proto.write_frame(reply_fd, Status.ERROR, 0, proto.dumps(record))
         return
-    _Server(worker_index, slab, cmd_fd, reply_fd, gate).serve()
+    _Server(worker_index, slab, cmd_fd, reply_fd, gate, build_retries).serve()
 
 
 # Enum members as module constants: the per-step path compares against them every step.
@@ -175,11 +182,20 @@ _OK, _OK_PAYLOAD = Status.OK, Status.OK_PAYLOAD
 
 class _Server:
     def __init__(
-        self, index: int, slab: EnvSlab, cmd_fd: int, reply_fd: int, gate: StartGate | None = None
+        self,
+        index: int,
+        slab: EnvSlab,
+        cmd_fd: int,
+        reply_fd: int,
+        gate: StartGate | None = None,
+        build_retries: int = 0,
     ) -> None:
         self.index = index
         #: the start tokens, held again for the first reset (where some simulators load)
         self.first_reset_gate = gate
+        #: the start tokens and factory retries of a reconfigure's builds
+        self.gate = gate
+        self.build_retries = build_retries
         self.slab = slab
         self.cmd_fd = cmd_fd
         self.reply_fd = reply_fd
@@ -415,6 +431,17 @@ class _Server:
             return Status.OK, b""
         elif command is Command.ATTACH:
             self.attach(proto.loads(payload))
+            return Status.OK, b""
+        elif command is Command.SNAPSHOT:
+            snapshots = slab.snapshot()
+            return Status.OK_PAYLOAD, self._dump_per_env(
+                snapshots, "the state", enumerate(snapshots)
+            )
+        elif command is Command.RESTORE:
+            slab.restore(proto.loads(payload).snapshots)
+            return Status.OK, b""
+        elif command is Command.RECONFIGURE:
+            reconfigure_slab(slab, proto.loads(payload), self.gate, self.build_retries, [])
             return Status.OK, b""
         elif command is Command.STATS:
             env_steps = self.steps * len(slab.envs) + self.env_steps_some
