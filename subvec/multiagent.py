@@ -173,7 +173,9 @@ class MultiAgentVectorEnv(VectorEnv):
         self.metadata = dict(self.env_vector.metadata)
         self.metadata["autoreset_mode"] = mode
         self.render_mode = self.env_vector.render_mode
-        self._ended = np.zeros(self.num_parallel_envs, dtype=np.bool_)
+        #: The ParallelEnvs whose agents had all left at the last step (with SAME_STEP they
+        #: reset in that step; with DISABLED they wait for a reset); cleared by a reset.
+        self.ended_envs = np.zeros(self.num_parallel_envs, dtype=np.bool_)
 
     def _take_spaces(self) -> None:
         """Agents and spaces from every env, checked to agree."""
@@ -246,7 +248,7 @@ class MultiAgentVectorEnv(VectorEnv):
         per_env = rows.reshape(self.num_parallel_envs, self.agents_per_env)
         env_mask = np.asarray(per_env.any(axis=1))
         if self.autoreset_mode is AutoresetMode.DISABLED:
-            running = env_mask & ~self._ended
+            running = env_mask & ~self.ended_envs
             if running.any():
                 i = int(np.flatnonzero(running)[0])
                 j = int(np.flatnonzero(per_env[i])[0])
@@ -285,9 +287,9 @@ class MultiAgentVectorEnv(VectorEnv):
         obs, listed = self.env_vector.reset(seed=seed, options=opts or None)
         env_infos: list[dict[str, Any]] = listed  # type: ignore[assignment]  # "list" format
         if env_mask is None:
-            self._ended[:] = False
+            self.ended_envs = np.zeros(self.num_parallel_envs, dtype=np.bool_)
         else:
-            self._ended[env_mask] = False
+            self.ended_envs = self.ended_envs & ~env_mask
         active = self._flat(obs["active"])
         events = self._agent_events(env_infos, None if env_mask is None else env_mask)
         return self._flat(obs["obs"]), self._merge(events, active)
@@ -314,7 +316,7 @@ class MultiAgentVectorEnv(VectorEnv):
         truncs = obs["truncated"].reshape(self.num_envs)
         active = obs["active"].reshape(self.num_envs)
         row_obs = self._flat(obs["obs"])
-        ended = env_terms | env_truncs
+        self.ended_envs = env_terms | env_truncs
         events = self._agent_events(env_infos, None)
         a = self.agents_per_env
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
@@ -324,8 +326,6 @@ class MultiAgentVectorEnv(VectorEnv):
                 events = self._same_step_finals(
                     finals, env_infos, row_obs, rewards, terms, truncs, events
                 )
-        else:
-            self._ended = ended.copy()
         restarted = [i for i, info in enumerate(env_infos) if info.get("worker_restarted")]
         if restarted:
             truncs = truncs.copy()

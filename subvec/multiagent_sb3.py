@@ -123,24 +123,33 @@ class MultiAgentVecEnv(VecEnv):
         obs, rewards, terms, truncs, infos = self.vector_env.step(actions)
         dones = terms | truncs
         out: list[dict[str, Any]] = infos
+        a = self.vector_env.agents_per_env
+        # An env that ended reset in this step: each of its rows' infos is its agent's reset
+        # info (for reset_infos, as DummyVecEnv keeps them), plus the last step's for a row
+        # that ended.
+        for i in np.flatnonzero(self.vector_env.ended_envs).tolist():
+            for r in range(i * a, (i + 1) * a):
+                merged = out[r]
+                final = {"final_obs": merged.pop("final_obs")} if "final_obs" in merged else {}
+                if "final_info" in merged:
+                    final["final_info"] = merged.pop("final_info")
+                merged.pop("worker_restarted", None)
+                self.reset_infos[r] = {k: v for k, v in merged.items() if k != "active"}
+                out[r] = {"active": merged["active"], **final}
         for r in np.flatnonzero(dones).tolist():
             merged = out[r]
             if "final_obs" not in merged:
                 # on_worker_failure="restart" replaced this env's worker: the episode was
                 # cut short and there is no final observation to bootstrap from.
-                merged.pop("worker_restarted", None)
-                self.reset_infos[r] = merged
                 out[r] = {
                     "TimeLimit.truncated": True,
                     "worker_restarted": True,
                     "active": merged["active"],
                 }
                 continue
-            final_obs = merged.pop("final_obs")
             final_info = dict(merged.pop("final_info"))
-            self.reset_infos[r] = merged
             final_info["active"] = merged["active"]
-            final_info["terminal_observation"] = final_obs
+            final_info["terminal_observation"] = merged.pop("final_obs")
             final_info["TimeLimit.truncated"] = bool(truncs[r] and not terms[r])
             out[r] = final_info
         for info in out:

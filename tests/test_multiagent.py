@@ -34,6 +34,7 @@ LAYOUTS = {
 
 
 def spread() -> Any:
+    pytest.importorskip("mpe2")
     from mpe2 import simple_spread_v3
 
     return simple_spread_v3.parallel_env(max_cycles=9, continuous_actions=False)
