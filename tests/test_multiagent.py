@@ -21,7 +21,8 @@ from gymnasium.vector import AutoresetMode
 from pettingzoo import ParallelEnv
 
 from subvec import EnvError
-from subvec.multiagent import MultiAgentVectorEnv, concat_vec_envs
+from subvec.concat import concat_vec_envs
+from subvec.multiagent import MultiAgentVectorEnv
 from tests.ma_envs import Comings, SerialRows
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED

@@ -17,7 +17,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecEnv, VecMonitor, VecNormalize
 
-from subvec.multiagent import concat_vec_envs
+from subvec.concat import concat_vec_envs
 from subvec.multiagent_sb3 import MultiAgentVecEnv
 from tests.ma_envs import Comings
 
