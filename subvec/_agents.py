@@ -133,9 +133,11 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
 
     def __init__(self, par_env: Any, pad_value: float = 0.0) -> None:
         self.par_env = par_env
-        self.agents, self.agent_observation_space, self.agent_action_space = agent_spaces(par_env)
-        self.index = {agent: j for j, agent in enumerate(self.agents)}
-        n = len(self.agents)
+        self.possible_agents, self.agent_observation_space, self.agent_action_space = agent_spaces(
+            par_env
+        )
+        self.index = {agent: j for j, agent in enumerate(self.possible_agents)}
+        n = len(self.possible_agents)
         flags = spaces.Box(0, 1, (n,), dtype=np.bool_)  # type: ignore[arg-type]
         self.observation_space = spaces.Dict(
             {
@@ -150,24 +152,36 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
         self.metadata = dict(getattr(par_env, "metadata", {}) or {})
         self.render_mode = getattr(par_env, "render_mode", None)
         self._pad = _zeros_like_space(self.agent_observation_space, pad_value)
+        nested = (spaces.Dict, spaces.Tuple)
+        self._plain_obs = not isinstance(self.agent_observation_space, nested)
+        self._plain_act = not isinstance(self.agent_action_space, nested)
+        self._obs_shape = (n, *(self.agent_observation_space.shape or ()))
+        self._obs_dtype = self.agent_observation_space.dtype
 
     def _rows(self, obs: Mapping[str, Any]) -> dict[str, Any]:
         """A fresh Dict observation: every agent of ``obs`` in its row, the others padded."""
-        n = len(self.agents)
-        stacked = _empty_nest(self.agent_observation_space, n)
+        n = len(self.possible_agents)
+        index = self.index
         active = np.zeros(n, dtype=np.bool_)
-        for agent, j in self.index.items():
-            if agent in obs:
-                _write_row(stacked, j, obs[agent])
+        if self._plain_obs:  # one array per agent: rows written directly (the usual case)
+            stacked: Any = np.empty(self._obs_shape, dtype=self._obs_dtype)
+            stacked[:] = self._pad
+            for agent, value in obs.items():
+                j = index.get(agent)
+                if j is None:
+                    raise self._unknown(agent)
+                stacked[j] = value
                 active[j] = True
-            else:
+        else:
+            stacked = _empty_nest(self.agent_observation_space, n)
+            for agent, value in obs.items():
+                j = index.get(agent)
+                if j is None:
+                    raise self._unknown(agent)
+                _write_row(stacked, j, value)
+                active[j] = True
+            for j in np.flatnonzero(~active).tolist():
                 _write_row(stacked, j, self._pad)
-        for agent in obs:
-            if agent not in self.index:
-                raise ValueError(
-                    f"the ParallelEnv returned an observation for agent {agent!r}, which is "
-                    f"not among its possible_agents {self.agents}"
-                )
         return {
             "obs": stacked,
             "reward": np.zeros(n, dtype=np.float64),
@@ -175,6 +189,12 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
             "truncated": np.zeros(n, dtype=np.bool_),
             "active": active,
         }
+
+    def _unknown(self, agent: str) -> ValueError:
+        return ValueError(
+            f"the ParallelEnv returned an observation for agent {agent!r}, which is not "
+            f"among its possible_agents {self.possible_agents}"
+        )
 
     @staticmethod
     def _infos(infos: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,19 +214,21 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
         live = self.par_env.agents
         if not live:
             raise RuntimeError("step() on a ParallelEnv whose agents have all left: reset it first")
-        per_agent = list(iterate(self.action_space, action))
-        actions = {agent: per_agent[self.index[agent]] for agent in live}
+        index = self.index
+        # a plain action array's rows are its agents' actions; a nest's, gymnasium's iterate
+        per_agent = action if self._plain_act else list(iterate(self.action_space, action))
+        actions = {agent: per_agent[index[agent]] for agent in live}
         obs, rewards, terms, truncs, infos = self.par_env.step(actions)
         rows = self._rows(obs)
-        for agent, j in self.index.items():
-            if agent in obs:
-                rows["reward"][j] = rewards.get(agent, 0.0)
-                rows["terminated"][j] = bool(terms.get(agent, False))
-                rows["truncated"][j] = bool(truncs.get(agent, False))
+        reward, terminated, truncated = rows["reward"], rows["terminated"], rows["truncated"]
+        for agent in obs:
+            j = index[agent]
+            reward[j] = rewards.get(agent, 0.0)
+            terminated[j] = terms.get(agent, False)
+            truncated[j] = truncs.get(agent, False)
         done = not self.par_env.agents
-        truncated = done and bool(rows["truncated"].any())
-        reward = float(rows["reward"].sum())
-        return rows, reward, done and not truncated, truncated, self._infos(infos)
+        cut = done and bool(truncated.any())
+        return rows, float(reward.sum()), done and not cut, cut, self._infos(infos)
 
     def render(self) -> Any:
         """The ParallelEnv's ``render()``."""

@@ -22,6 +22,7 @@ class Comings(ParallelEnv):  # type: ignore[misc]
     carries the agent's last action, so a row given another row's action shows it."""
 
     metadata = {"name": "comings_v0", "render_modes": []}
+    render_mode = None
 
     def __init__(
         self,
