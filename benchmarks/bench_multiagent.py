@@ -27,8 +27,8 @@ Implementations, each stepping the rows ``i * A + j`` and handing them out as ar
   missing);
 - ``hand_dict``: the workaround without a multi-agent vectoriser: each ParallelEnv wrapped by
   hand as a gymnasium env with Dict observations and actions keyed by agent, the per-agent
-  rewards and flags in its infos, run through ``subvec.SubprocVectorEnv`` (2 workers), and the
-  rows stacked in the parent.
+  rewards and flags in its infos (with the agents' own infos, as subvec carries them), run
+  through ``subvec.SubprocVectorEnv`` (2 workers), and the rows stacked in the parent.
 
 How it measures: every configuration runs in a fresh interpreter (this script with
 ``--child``), 0.5 s of warm-up then ``--duration`` seconds timed; each repeat runs every
@@ -112,9 +112,10 @@ class HandStacked(gym.Env):  # type: ignore[misc]
 
     def step(self, action: dict[str, Any]) -> Any:
         acts = {a: action[a] for a in self.par.agents}
-        obs, rew, term, trunc, _ = self.par.step(acts)
+        obs, rew, term, trunc, infos = self.par.step(acts)
         done = not self.par.agents
-        info = {
+        info: dict[str, Any] = {a: dict(i) for a, i in infos.items() if i}  # what agents said
+        info |= {
             "rewards": np.array([rew.get(a, 0.0) for a in self.agents]),
             "terms": np.array([term.get(a, False) for a in self.agents]),
             "truncs": np.array([trunc.get(a, False) for a in self.agents]),
