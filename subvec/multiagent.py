@@ -44,6 +44,7 @@ from subvec._agents import AgentRowsFactory
 from subvec._front.front import VectorFront
 from subvec._front.merge import _add_info_legacy, _legacy_events, _Rows
 from subvec._front.setup import check_info_format
+from subvec._infos import merge_scalar_events
 from subvec._seeding import SeedArg
 from subvec.factory import VECTOR_KWARGS, backend_kwargs, check_kwargs
 
@@ -404,9 +405,14 @@ class MultiAgentVectorEnv(VectorEnv):
         if self.info_format == "legacy":
             for r, info in _legacy_events(events, 0):
                 infos = _add_info_legacy(infos, info, r, self.num_envs)
-        else:
-            for r, info in events:
-                infos = self._add_row_info(infos, info, r)
+        elif events:
+            # scalar infos (the usual ones) a column at a time, as the core merges them
+            merged = merge_scalar_events(events, self.num_envs)
+            if merged is not None:
+                infos = merged
+            else:
+                for r, info in events:
+                    infos = self._add_row_info(infos, info, r)
         infos["active"] = active
         infos["_active"] = np.ones(self.num_envs, dtype=np.bool_)
         return infos

@@ -31,6 +31,7 @@ LAYOUTS = {
     "one-worker": {"num_workers": 1},
     "env-per-worker": {"envs_per_worker": 1},
     "two-per-worker": {"envs_per_worker": 2},
+    "parent-env": {"num_workers": 1, "parent_envs": 1},
 }
 
 
@@ -341,3 +342,50 @@ def test_import_subvec_imports_no_pettingzoo() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.timeout(60)
+def test_a_lost_worker_is_restarted_and_its_rows_truncated() -> None:
+    import os
+    import signal
+
+    from tests.helpers import gone, wait_until
+
+    envs = MultiAgentVectorEnv(
+        [partial(Comings, num_agents=3, leave_p=0.0, late=0)] * 4,
+        envs_per_worker=2,
+        on_worker_failure="restart",
+    )
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(12, dtype=np.int64))
+        pid = envs.env_vector.placement[1].pid  # type: ignore[attr-defined]
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: gone(pid), 5)
+        obs, rew, term, trunc, infos = envs.step(np.zeros(12, dtype=np.int64))
+        # worker 1 held envs 2 and 3: rows 6..11 end truncated, with no reward
+        assert list(trunc) == [False] * 6 + [True] * 6 and not term.any()
+        assert not rew[6:].any()
+        assert list(infos["_worker_restarted"]) == [False] * 6 + [True] * 6
+        assert obs[6:, 0].tolist() == [0.0] * 6  # the new envs' first observations (t = 0)
+        obs, *_ = envs.step(np.zeros(12, dtype=np.int64))
+        assert obs[:6, 0].tolist() == [3.0] * 6 and obs[6:, 0].tolist() == [1.0] * 6
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_copy_false_rows_are_views_of_the_block() -> None:
+    envs = MultiAgentVectorEnv([Comings] * 2, num_workers=1, copy=False)
+    ref = SerialRows([Comings() for _ in range(2)], NEXT)
+    try:
+        first, _ = envs.reset(seed=4)
+        ref.reset(seed=4)
+        for _ in range(5):
+            actions = np.ones(16, dtype=np.int64)
+            obs, *_ = envs.step(actions)
+            np.testing.assert_array_equal(obs, ref.step(actions)[0])
+        assert np.shares_memory(obs, first)  # the same block rows, no copy
+    finally:
+        del first, obs
+        envs.close()
