@@ -628,3 +628,14 @@ def test_killed_actor_mid_chunk_comes_back_truncated_at_sub_step_zero() -> None:
         assert truncs[:2, 0].all() and rewards[:2].tolist() == [[0.0] * 3] * 2
         assert infos["_worker_restarted"][:, 0].tolist() == [True, True, False, False]
         assert len(envs.restarts) == 1
+
+
+@pytest.mark.timeout(120)
+def test_agents_as_rows_on_ray_actors() -> None:
+    """subvec.multiagent over the Ray backend: the rows equal the serial loop's."""
+    pytest.importorskip("pettingzoo")
+    from tests.ma_envs import Comings
+    from tests.test_multiagent import run_against_oracle
+
+    seen = run_against_oracle(Comings, 4, AutoresetMode.SAME_STEP, 30, backend="ray", num_actors=2)
+    assert seen["departed"] > 10 and seen["finals"] == seen["departed"]
