@@ -177,6 +177,7 @@ class MultiAgentVectorEnv(VectorEnv):
         #: The ParallelEnvs whose agents had all left at the last step (with SAME_STEP they
         #: reset in that step; with DISABLED they wait for a reset); cleared by a reset.
         self.ended_envs = np.zeros(self.num_parallel_envs, dtype=np.bool_)
+        self._last_recv: list[int] = []
 
     def _take_spaces(self) -> None:
         """Agents and spaces from every env, checked to agree."""
@@ -209,9 +210,9 @@ class MultiAgentVectorEnv(VectorEnv):
 
     # ---- rows ---------------------------------------------------------------------------
 
-    def _flat(self, nest: Any) -> Any:
+    def _flat(self, nest: Any, rows: int | None = None) -> Any:
         """``(n, A, ...)`` leaves as ``(n * A, ...)`` rows (views)."""
-        rows = self.num_envs
+        rows = self.num_envs if rows is None else rows
         return _leaf_map(lambda a: a.reshape(rows, *a.shape[2:]), nest)
 
     def env_and_agent(self, row: int) -> tuple[int, str]:
@@ -219,19 +220,21 @@ class MultiAgentVectorEnv(VectorEnv):
         i, j = divmod(int(row), self.agents_per_env)
         return i, self.possible_agents[j]
 
-    def _env_actions(self, actions: Any) -> Any:
-        """Row actions ``(n * A, ...)`` as the env batch ``(n, A, ...)`` (views), checked."""
-        n, a = self.num_parallel_envs, self.agents_per_env
+    def _env_actions(self, actions: Any, envs: int | None = None) -> Any:
+        """Row actions ``(n * A, ...)`` as the env batch ``(n, A, ...)`` (views), checked
+        (``n``: every env, or ``envs`` of them)."""
+        n, a = self.num_parallel_envs if envs is None else envs, self.agents_per_env
+        rows = n * a
         out: dict[str, Any] = {}
         for where, leaf in _leaf_pairs(self.single_action_space, actions):
             shape = getattr(leaf, "shape", None)
             if shape is None:
                 leaf = np.asarray(leaf)
                 shape = leaf.shape
-            if len(shape) == 0 or shape[0] != self.num_envs:
+            if len(shape) == 0 or shape[0] != rows:
                 got = "a scalar" if len(shape) == 0 else f"{shape[0]} rows (shape {tuple(shape)})"
                 raise ValueError(
-                    f"actions{where}: expected one row per agent, {self.num_envs} rows "
+                    f"actions{where}: expected one row per agent, {rows} rows "
                     f"({n} envs x {a} agents), got {got}"
                 )
             out[where] = leaf.reshape(n, a, *shape[1:])
@@ -312,12 +315,19 @@ class MultiAgentVectorEnv(VectorEnv):
         """
         obs, _, env_terms, env_truncs, listed = self.env_vector.step(self._env_actions(actions))
         env_infos: list[dict[str, Any]] = listed  # type: ignore[assignment]  # "list" format
-        rewards = obs["reward"].reshape(self.num_envs)
-        terms = obs["terminated"].reshape(self.num_envs)
-        truncs = obs["truncated"].reshape(self.num_envs)
-        active = obs["active"].reshape(self.num_envs)
-        row_obs = self._flat(obs["obs"])
         self.ended_envs = env_terms | env_truncs
+        return self._results(obs, env_infos)
+
+    def _results(
+        self, obs: dict[str, Any], env_infos: list[dict[str, Any]], env_ids: Any = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """A step's rows out of the adapters' batch (every env, or those of ``env_ids``)."""
+        rows = len(env_infos) * self.agents_per_env
+        rewards = obs["reward"].reshape(rows)
+        terms = obs["terminated"].reshape(rows)
+        truncs = obs["truncated"].reshape(rows)
+        active = obs["active"].reshape(rows)
+        row_obs = self._flat(obs["obs"], rows)
         events = self._agent_events(env_infos, None)
         a = self.agents_per_env
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
@@ -334,7 +344,74 @@ class MultiAgentVectorEnv(VectorEnv):
                 truncs[i * a : (i + 1) * a] = True
                 events += [(i * a + j, {"worker_restarted": True}) for j in range(a)]
             events.sort(key=lambda e: e[0])
-        return row_obs, rewards, terms, truncs, self._merge(events, active)
+        infos = self._merge(events, active, rows)
+        if env_ids is not None:
+            ids = np.repeat(np.asarray(env_ids, dtype=np.int64), a)
+            if self.info_format == "list":
+                for info, i in zip(infos, ids.tolist()):
+                    info["env_id"] = i
+            else:
+                infos["env_id"] = ids
+        return row_obs, rewards, terms, truncs, infos
+
+    # ---- asynchronous stepping, by ParallelEnv ------------------------------------------
+
+    def async_reset(self, seed: SeedArg = None, options: dict[str, Any] | None = None) -> None:
+        """Start resetting every ParallelEnv (or those with a row in
+        ``options["reset_mask"]``); their rows come back through :meth:`recv`.
+
+        Args:
+            seed, options: as :meth:`reset`.
+        """
+        opts = dict(options) if options else {}
+        mask = opts.pop("reset_mask", None)
+        if mask is not None:
+            opts["reset_mask"] = self._env_mask(mask)
+        self.env_vector.async_reset(seed=seed, options=opts or None)
+
+    def send(self, actions: Any, env_ids: Sequence[int] | None = None) -> None:
+        """Start stepping the ParallelEnvs ``env_ids`` with their agents' rows of ``actions``.
+
+        Args:
+            actions: ``len(env_ids) * agents_per_env`` rows, env-major in the order of
+                ``env_ids``.
+            env_ids: ParallelEnv indices (default: those the last :meth:`recv` returned).
+
+        Raises:
+            ValueError: not one action row per agent of those envs, or a bad env id (as
+                :meth:`subvec.SubprocVectorEnv.send`); nothing is sent.
+        """
+        ids = self._last_recv if env_ids is None else [int(i) for i in env_ids]
+        self.env_vector.send(self._env_actions(actions, len(ids)), ids)
+
+    def recv(
+        self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """The rows of the first ready ParallelEnvs (counts are of envs, not rows).
+
+        Returns:
+            ``(obs, rewards, terminations, truncations, infos)``, ``agents_per_env`` rows per
+            env returned; ``infos["env_id"]`` (in the list format, each row's ``"env_id"``)
+            names each row's ParallelEnv.
+
+        Raises:
+            as :meth:`subvec.SubprocVectorEnv.recv`.
+        """
+        return self._async_rows(self.env_vector.recv(min_envs, max_envs, timeout))
+
+    def drain(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Wait for every ParallelEnv in flight and return all held results as one
+        recv-shaped batch of rows; the vector env is idle again."""
+        return self._async_rows(self.env_vector.drain())
+
+    def _async_rows(self, batch: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        obs, _, env_terms, env_truncs, env_infos = batch  # info_format="list" underneath
+        ids = [int(info["env_id"]) for info in env_infos]
+        self._last_recv = ids
+        ended = self.ended_envs.copy()
+        ended[ids] = env_terms | env_truncs
+        self.ended_envs = ended
+        return self._results(obs, env_infos, ids)
 
     def _same_step_finals(
         self,
@@ -393,8 +470,12 @@ class MultiAgentVectorEnv(VectorEnv):
             events += sorted(rows, key=lambda e: e[0])
         return events
 
-    def _merge(self, events: list[tuple[int, dict[str, Any]]], active: np.ndarray) -> Any:
-        """The rows' infos in ``info_format``, with ``"active"`` for every row."""
+    def _merge(
+        self, events: list[tuple[int, dict[str, Any]]], active: np.ndarray, rows: int | None = None
+    ) -> Any:
+        """The rows' infos in ``info_format``, with ``"active"`` for every row (``rows``: all
+        of them, or a recv's)."""
+        rows = self.num_envs if rows is None else rows
         active = np.array(active, dtype=np.bool_)
         if self.info_format == "list":
             per_row: list[dict[str, Any]] = [{"active": bool(x)} for x in active]
@@ -404,17 +485,20 @@ class MultiAgentVectorEnv(VectorEnv):
         infos: dict[str, Any] = {}
         if self.info_format == "legacy":
             for r, info in _legacy_events(events, 0):
-                infos = _add_info_legacy(infos, info, r, self.num_envs)
+                infos = _add_info_legacy(infos, info, r, rows)
         elif events:
             # scalar infos (the usual ones) a column at a time, as the core merges them
-            merged = merge_scalar_events(events, self.num_envs)
+            merged = merge_scalar_events(events, rows)
             if merged is not None:
                 infos = merged
             else:
+                add_info = (
+                    self._add_row_info if rows == self.num_envs else _Rows(rows)._add_info  # type: ignore[misc]
+                )
                 for r, info in events:
-                    infos = self._add_row_info(infos, info, r)
+                    infos = add_info(infos, info, r)
         infos["active"] = active
-        infos["_active"] = np.ones(self.num_envs, dtype=np.bool_)
+        infos["_active"] = np.ones(rows, dtype=np.bool_)
         return infos
 
     def render(self) -> tuple[Any, ...] | None:

@@ -389,3 +389,42 @@ def test_copy_false_rows_are_views_of_the_block() -> None:
     finally:
         del first, obs
         envs.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_send_recv_by_env_equal_each_envs_serial_loop(mode: AutoresetMode) -> None:
+    n, a = 4, 8
+    envs = MultiAgentVectorEnv([Comings] * n, envs_per_worker=1, autoreset_mode=mode)
+    # one oracle per env: recv returns envs in any order, each env's rows follow its own loop
+    refs = [SerialRows([Comings()], mode) for _ in range(n)]
+    rng = np.random.default_rng(5)
+    try:
+        envs.async_reset(seed=11)
+        for i, ref in enumerate(refs):
+            ref.reset(seed=11 + i)
+        zeros = (np.zeros(a), np.zeros(a, bool), np.zeros(a, bool))
+        expect = {i: (ref.obs.copy(), ref.active.copy(), *zeros) for i, ref in enumerate(refs)}
+        served = 0
+        for _ in range(60):
+            obs, rew, term, trunc, infos = envs.recv(min_envs=2)
+            ids = infos["env_id"][::a].tolist()
+            assert len(ids) >= 2 and list(infos["env_id"]) == np.repeat(ids, a).tolist()
+            for k, i in enumerate(ids):
+                rows = slice(k * a, (k + 1) * a)
+                got = (obs[rows], infos["active"][rows], rew[rows], term[rows], trunc[rows])
+                for name, g, w in zip(("obs", "active", "rew", "term", "trunc"), got, expect[i]):
+                    np.testing.assert_array_equal(g, w, err_msg=f"env {i} {name}")
+            actions = rng.integers(0, 3, len(ids) * a)
+            for k, i in enumerate(ids):
+                r_obs, r_rew, r_term, r_trunc, r_active, _ = refs[i].step(
+                    actions[k * a : (k + 1) * a]
+                )
+                expect[i] = (r_obs, r_active, r_rew, r_term, r_trunc)
+            envs.send(actions, ids)
+            served += len(ids)
+        obs, rew, *_ = envs.drain()
+        assert served >= 120 and obs.shape[1:] == (4,) and len(rew) == len(obs)
+        envs.reset(seed=0)  # idle again: lock-step works
+    finally:
+        envs.close()
