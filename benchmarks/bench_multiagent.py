@@ -48,6 +48,7 @@ import importlib.util
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -223,6 +224,26 @@ def child(workload: str, impl: str, n: int, duration: float) -> dict[str, Any]:
     return {"agent_steps_per_s": steps * rows / (now - start), "steps": steps, "rows": rows}
 
 
+def run_child(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str] | None:
+    """Run one configuration in its own session; on a timeout, kill the whole session (a
+    peer's worker processes too), and return None."""
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def available(name: str) -> bool:
     need = NEEDS.get(name)
     return need is None or importlib.util.find_spec(need) is not None
@@ -250,6 +271,12 @@ def main(argv: list[str] | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     workloads = [w for w in args.workloads.split(",") if w]
     impls = [i for i in args.impls.split(",") if i]
+    unknown = [x for x in workloads if x not in WORKLOADS] + [x for x in impls if x not in IMPLS]
+    if unknown:
+        raise SystemExit(
+            f"unknown workload or implementation {', '.join(unknown)}: the workloads are "
+            f"{', '.join(WORKLOADS)}, the implementations {', '.join(IMPLS)}"
+        )
     skipped = {x for x in (*workloads, *impls) if not available(x)}
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
@@ -273,9 +300,8 @@ def main(argv: list[str] | None = None) -> None:
         for w, i in order:
             cmd = [sys.executable, __file__, "--child", w, i, "--num-envs", str(args.num_envs)]
             cmd += ["--duration", str(args.duration)]
-            try:
-                res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-            except subprocess.TimeoutExpired:
+            res = run_child(cmd, env)
+            if res is None:
                 print(f"{w} {i}: timed out", file=sys.stderr)
                 runs.setdefault((w, i), []).append(float("nan"))
                 continue
