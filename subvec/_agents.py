@@ -166,10 +166,16 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
         if self._plain_obs:  # one array per agent: rows written directly (the usual case)
             stacked: Any = np.empty(self._obs_shape, dtype=self._obs_dtype)
             stacked[:] = self._pad
+            row_shape = self._obs_shape[1:]
             for agent, value in obs.items():
                 j = index.get(agent)
                 if j is None:
                     raise self._unknown(agent)
+                if np.shape(value) != row_shape:  # numpy would broadcast it silently
+                    raise ValueError(
+                        f"agent {agent!r}'s observation has shape {np.shape(value)}, its "
+                        f"observation space {self.agent_observation_space} has {row_shape}"
+                    )
                 stacked[j] = value
                 active[j] = True
         else:

@@ -295,6 +295,26 @@ def test_bad_input_is_refused_clearly() -> None:
         envs.close()
 
 
+class BadObs(Comings):
+    def step(self, actions: dict[str, Any]) -> Any:
+        obs, *rest = super().step(actions)
+        if "a2" in obs:
+            obs["a2"] = obs["a2"][:3]
+        return (obs, *rest)
+
+
+@pytest.mark.timeout(60)
+def test_an_agents_observation_of_another_shape_names_the_env_and_agent() -> None:
+    envs = MultiAgentVectorEnv([Comings, BadObs], num_workers=1)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match=r"agent 'a2'.s observation has shape \(3,\)") as err:
+            envs.step(np.zeros(16, dtype=np.int64))
+        assert isinstance(err.value, EnvError) and err.value.env_index == 1
+    finally:
+        envs.close()
+
+
 @pytest.mark.timeout(60)
 def test_an_env_error_names_the_env_and_keeps_its_type() -> None:
     envs = MultiAgentVectorEnv(
