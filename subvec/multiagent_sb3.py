@@ -77,6 +77,7 @@ class MultiAgentVecEnv(VecEnv):
         )
         venv = self.vector_env
         self._env_seed: int | None = None
+        self._env_options: dict[str, Any] | None = None
         try:
             super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
         except BaseException:
@@ -100,10 +101,25 @@ class MultiAgentVecEnv(VecEnv):
         a = self.vector_env.agents_per_env
         return [self._env_seed + r // a for r in range(self.num_envs)]
 
+    def set_options(self, options: dict[str, Any] | list[dict[str, Any]] | None = None) -> None:
+        """Options for every ParallelEnv's next ``reset()`` (one dict: a ParallelEnv resets
+        all of its agents, so there are no per-row options).
+
+        Raises:
+            TypeError: a list of per-row options.
+        """
+        if isinstance(options, list):
+            raise TypeError(
+                "set_options takes one dict for every ParallelEnv (an env resets all of its "
+                "agents at once; rows have no options of their own), got a list"
+            )
+        self._env_options = dict(options) if options else None
+
     def reset(self) -> VecEnvObs:
-        """Reset every ParallelEnv with the pending ``seed()``; return the rows' observations."""
-        obs, infos = self.vector_env.reset(seed=self._env_seed)
-        self._env_seed = None
+        """Reset every ParallelEnv with the pending ``seed()`` and ``set_options()``; return
+        the rows' observations."""
+        obs, infos = self.vector_env.reset(seed=self._env_seed, options=self._env_options)
+        self._env_seed = self._env_options = None
         self.reset_infos = list(infos)
         self._reset_seeds()
         self._reset_options()

@@ -58,6 +58,7 @@ class Comings(ParallelEnv):  # type: ignore[misc]
         if seed is not None:
             self.rng = np.random.default_rng(seed)
         self.resets += 1
+        self.last_options = options
         self.t = 0
         # the last ``late`` agents are absent at reset and join after a few steps
         self.agents = self.possible_agents[: len(self.possible_agents) - self.late]

@@ -221,6 +221,13 @@ def test_attributes_and_methods_by_env() -> None:
         # each env's method runs once, its result given to each of its rows asked for
         assert venv.env_method("ping", 1, indices=[3, 4, 0]) == [(1, 1), (1, 1), (1, 1)]
         assert venv.env_is_wrapped(VecMonitor) == [False] * 9
+        venv.set_options({"anything": 1})  # reaches every ParallelEnv's reset, once
+        venv.reset()
+        assert venv.get_attr("last_options") == [{"anything": 1}] * 9
+        venv.reset()
+        assert venv.get_attr("last_options") == [None] * 9
+        with pytest.raises(TypeError, match="one dict for every ParallelEnv"):
+            venv.set_options([{}] * 9)
         with pytest.raises(IndexError, match="row index 9 out of range for 9 rows"):
             venv.get_attr("max_steps", indices=[9])
         with pytest.raises(ValueError, match=r"9 rows \(3 envs x 3 agents\), got 8"):
