@@ -178,3 +178,40 @@ class SerialRows:
                     obs, _ = env.reset()
                     self._put(i, obs)
         return self.obs.copy(), rew, term, trunc, self.active.copy(), finals
+
+
+class Nested(ParallelEnv):  # type: ignore[misc]
+    """Dict observations and Tuple actions per agent; agent ``b`` leaves at step 2, the env
+    ends at step 4. Each observation echoes the agent's last action."""
+
+    metadata = {"name": "nested_v0", "render_modes": []}
+    render_mode = None
+    possible_agents = ["a", "b", "c"]
+
+    def observation_space(self, agent: str) -> spaces.Dict:
+        return spaces.Dict(
+            {"pos": spaces.Box(-10, 10, (2,), np.float32), "last": spaces.Discrete(4)}
+        )
+
+    def action_space(self, agent: str) -> spaces.Tuple:
+        return spaces.Tuple((spaces.Discrete(4), spaces.Box(-1, 1, (2,), np.float32)))
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.t = 0
+        self.base = 0 if seed is None else seed
+        self.agents = list(self.possible_agents)
+        return {a: self._obs(a, 0, np.zeros(2, np.float32)) for a in self.agents}, {}
+
+    def _obs(self, agent: str, last: int, move: np.ndarray) -> dict[str, Any]:
+        j = self.possible_agents.index(agent)
+        pos = np.array([self.base + j, self.t], np.float32) + move
+        return {"pos": pos, "last": last}
+
+    def step(self, actions: dict[str, Any]):
+        self.t += 1
+        obs = {a: self._obs(a, int(act[0]), act[1]) for a, act in actions.items()}
+        rew = {a: float(act[0]) for a, act in actions.items()}
+        term = {a: a == "b" and self.t == 2 for a in actions}
+        trunc = {a: self.t == 4 for a in actions}
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rew, term, trunc, {a: {} for a in actions}

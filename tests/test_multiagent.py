@@ -448,3 +448,33 @@ def test_send_recv_by_env_equal_each_envs_serial_loop(mode: AutoresetMode) -> No
         envs.reset(seed=0)  # idle again: lock-step works
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_nested_spaces_as_rows() -> None:
+    from tests.ma_envs import Nested
+
+    envs = MultiAgentVectorEnv([Nested] * 2, num_workers=1, pad_value=-1)
+    try:
+        assert isinstance(envs.single_observation_space, spaces.Dict)
+        obs, _ = envs.reset(seed=10)
+        assert obs["pos"].shape == (6, 2) and obs["last"].shape == (6,)
+        np.testing.assert_array_equal(obs["pos"][:, 0], [10, 11, 12, 11, 12, 13])
+        for t in range(1, 5):
+            kind = np.arange(6) % 4
+            move = np.full((6, 2), 0.5, np.float32) * (np.arange(6)[:, None] + 1)
+            obs, rew, term, trunc, infos = envs.step((kind, move))
+            active = infos["active"].reshape(2, 3)
+            # b (rows 1 and 4) leaves at t = 2 and is padding (-1) from t = 3
+            assert active[:, 1].tolist() == [t <= 2] * 2
+            live = infos["active"]
+            np.testing.assert_array_equal(obs["last"][live], kind[live])
+            np.testing.assert_array_equal(obs["pos"][live, 1], t + move[live, 1])
+            np.testing.assert_array_equal(rew[live], kind[live])
+            assert (obs["pos"][~live] == -1).all() and (obs["last"][~live] == -1).all()
+            assert term.tolist() == [False, t == 2, False] * 2
+            assert trunc.tolist() == ([t == 4, False, t == 4] * 2)
+        with pytest.raises(TypeError, match=r"tuple of 2 batches"):
+            envs.step(kind)
+    finally:
+        envs.close()
