@@ -144,6 +144,26 @@ def test_pistonball_rows_equal_the_serial_loop() -> None:
     assert seen["truncated"] == 2 * 6
 
 
+def kaz() -> Any:
+    import pettingzoo
+
+    return pettingzoo.make(
+        "parallel", "butterfly/knights_archers_zombies-v11", spawn_delay=2, max_cycles=400
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(
+    not __import__("importlib").util.find_spec("pygame"),
+    reason="pettingzoo[butterfly] not installed",
+)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_knights_archers_zombies_agents_die_as_in_the_loop(mode: AutoresetMode) -> None:
+    # PettingZoo's own env whose agents leave: zombies kill knights and archers mid-episode
+    seen = run_against_oracle(kaz, 2, mode, 400, num_workers=2)
+    assert seen["departed"] > 8 and seen["padded"] > 0
+
+
 def _first_obs(seed: int) -> np.ndarray:
     env = Comings()
     obs, _ = env.reset(seed=seed)
