@@ -1,6 +1,6 @@
 """subvec.multiagent.MultiAgentVectorEnv against a plain serial loop over the same seeded
 ParallelEnvs (tests.ma_envs.SerialRows, the oracle), on our own env whose agents leave and come
-back and on PettingZoo's real ones (MPE2's simple_spread, pistonball)."""
+back and on PettingZoo's real ones (MPE2's simple_spread, pistonball, knights_archers_zombies)."""
 
 from __future__ import annotations
 
