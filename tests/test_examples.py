@@ -47,6 +47,15 @@ EXAMPLES = [
         ["stable_baselines3", "pettingzoo", "mpe2"],
         "mean return per agent before=",
     ),
+    (
+        "multiagent_sb3.py",
+        [
+            *("--env", "pistonball", "--total-timesteps", "384", "--num-vec-envs", "2"),
+            *("--n-steps", "8", "--max-cycles", "12", "--eval-episodes", "2"),
+        ],
+        ["stable_baselines3", "pettingzoo", "pymunk", "supersuit"],
+        "mean return per agent before=",
+    ),
     ("simpy_queue.py", ["--num-envs", "3", "--hours", "1"], ["simpy"], "rule of thumb"),
     ("custom_env.py", ["--num-envs", "3", "--size", "4"], [], "caught RuntimeError from env 1"),
     ("gpu_placement.py", ["--workers", "6"], [], "worker 5: node 0, cpus 0-15, gpu 1"),
