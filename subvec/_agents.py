@@ -32,10 +32,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
 
-__all__ = ["ROW_KEYS", "AgentRows", "AgentRowsFactory", "agent_spaces"]
-
-#: The Dict observation's keys besides "obs", in the order the parent reads them.
-ROW_KEYS = ("reward", "terminated", "truncated", "active")
+__all__ = ["AgentRows", "AgentRowsFactory", "agent_spaces"]
 
 #: A per-agent space the rows can hold: arrays of one fixed shape, in the shared block.
 _ROW_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -88,12 +85,12 @@ def agent_spaces(par_env: Any) -> tuple[list[str], spaces.Space[Any], spaces.Spa
     return agents, obs_space, act_space
 
 
-def _zeros_like_space(space: spaces.Space[Any], pad_value: float) -> Any:
+def _padding(space: spaces.Space[Any], pad_value: float) -> Any:
     """One agent's padding observation: every leaf filled with ``pad_value``."""
     if isinstance(space, spaces.Dict):
-        return {k: _zeros_like_space(s, pad_value) for k, s in space.spaces.items()}
+        return {k: _padding(s, pad_value) for k, s in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
-        return tuple(_zeros_like_space(s, pad_value) for s in space.spaces)
+        return tuple(_padding(s, pad_value) for s in space.spaces)
     assert space.shape is not None and space.dtype is not None
     return np.full(space.shape, pad_value, dtype=space.dtype)
 
@@ -151,7 +148,7 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
         self.action_space = batch_space(self.agent_action_space, n)
         self.metadata = dict(getattr(par_env, "metadata", {}) or {})
         self.render_mode = getattr(par_env, "render_mode", None)
-        self._pad = _zeros_like_space(self.agent_observation_space, pad_value)
+        self._pad = _padding(self.agent_observation_space, pad_value)
         nested = (spaces.Dict, spaces.Tuple)
         self._plain_obs = not isinstance(self.agent_observation_space, nested)
         self._plain_act = not isinstance(self.agent_action_space, nested)
