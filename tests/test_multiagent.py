@@ -32,6 +32,7 @@ LAYOUTS = {
     "env-per-worker": {"envs_per_worker": 1},
     "two-per-worker": {"envs_per_worker": 2},
     "parent-env": {"num_workers": 1, "parent_envs": 1},
+    "pickled": {"num_workers": 2, "shared_memory": False},
 }
 
 
