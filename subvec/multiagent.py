@@ -151,6 +151,7 @@ class MultiAgentVectorEnv(VectorEnv):
             raise ValueError("par_env_fns is empty: pass at least one ParallelEnv factory")
         self.info_format = info_format
         self.autoreset_mode = mode
+        self._views = not copy
         #: The vector env underneath, one env per ParallelEnv (a SubprocVectorEnv or a
         #: RayVectorEnv): its calls, ``stats()`` and placement are per ParallelEnv.
         self.env_vector: VectorFront
@@ -323,9 +324,12 @@ class MultiAgentVectorEnv(VectorEnv):
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """A step's rows out of the adapters' batch (every env, or those of ``env_ids``)."""
         rows = len(env_infos) * self.agents_per_env
-        rewards = obs["reward"].reshape(rows)
-        terms = obs["terminated"].reshape(rows)
-        truncs = obs["truncated"].reshape(rows)
+        # with copy=False these leaves are the block's: rewards and flags are handed out fresh
+        # all the same (as every subvec vector env does), only the observations are views
+        fresh = np.array if self._views else np.asarray
+        rewards = fresh(obs["reward"].reshape(rows))
+        terms = fresh(obs["terminated"].reshape(rows))
+        truncs = fresh(obs["truncated"].reshape(rows))
         active = obs["active"].reshape(rows)
         row_obs = self._flat(obs["obs"], rows)
         events = self._agent_events(env_infos, None)

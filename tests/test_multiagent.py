@@ -422,11 +422,17 @@ def test_copy_false_rows_are_views_of_the_block() -> None:
     try:
         first, _ = envs.reset(seed=4)
         ref.reset(seed=4)
+        kept = []
         for _ in range(5):
             actions = np.ones(16, dtype=np.int64)
-            obs, *_ = envs.step(actions)
-            np.testing.assert_array_equal(obs, ref.step(actions)[0])
+            obs, rew, term, *_ = envs.step(actions)
+            want = ref.step(actions)
+            np.testing.assert_array_equal(obs, want[0])
+            kept.append((rew, want[1], term, want[2]))
         assert np.shares_memory(obs, first)  # the same block rows, no copy
+        for rew, want_rew, term, want_term in kept:  # rewards and flags stay as handed out
+            np.testing.assert_array_equal(rew, want_rew)
+            np.testing.assert_array_equal(term, want_term)
     finally:
         del first, obs
         envs.close()
