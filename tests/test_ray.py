@@ -729,3 +729,14 @@ def test_suspend_resume_without_the_hook_resets_on_ray() -> None:
 @pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
 def test_a_resume_that_fails_stays_suspended_on_ray(tmp_path: Path) -> None:
     vla_checks.check_resume_that_fails_stays_suspended(RayEnvs, str(tmp_path / "cannot-start"))
+
+
+@pytest.mark.timeout(120)
+def test_agents_as_rows_on_ray_actors() -> None:
+    """subvec.multiagent over the Ray backend: the rows equal the serial loop's."""
+    pytest.importorskip("pettingzoo")
+    from tests.ma_envs import Comings
+    from tests.test_multiagent import run_against_oracle
+
+    seen = run_against_oracle(Comings, 4, AutoresetMode.SAME_STEP, 30, backend="ray", num_actors=2)
+    assert seen["departed"] > 10 and seen["finals"] == seen["departed"]

@@ -1,0 +1,544 @@
+"""PettingZoo parallel envs as rows of one gymnasium vector env (and SuperSuit's signature).
+
+``MultiAgentVectorEnv(par_env_fns)`` runs ``n`` ParallelEnvs of ``A`` possible agents each as
+a gymnasium 1.x ``VectorEnv`` of ``n * A`` rows, env-major: row ``i * A + j`` is env ``i``'s
+agent ``possible_agents[j]`` (SuperSuit's order)::
+
+    envs = MultiAgentVectorEnv([lambda: pistonball_v6.parallel_env() for _ in range(4)])
+    obs, infos = envs.reset(seed=0)          # obs: (4 * 20, 457, 120, 3); env i seeded 0 + i
+    obs, rewards, terms, truncs, infos = envs.step(actions)   # actions: one row per agent
+    infos["active"]                          # rows that carry their agent's real data
+
+How: each worker holds ``AgentRows`` adapters (``subvec._agents``), each a ParallelEnv as one
+fixed-shape gymnasium env whose observation is a Dict of the agents' stacked observations,
+rewards, terminations, truncations and active mask, all in the shared block of a
+:class:`subvec.SubprocVectorEnv` (or a ``RayVectorEnv``, ``backend="ray"``). The dict-to-rows
+conversion runs in the workers; this layer only reshapes the block's arrays into rows and
+lays the agents' infos out per row. Seeds, autoreset, errors, restarts and placement are the
+core's, per ParallelEnv.
+
+Agents that leave: a row reports its agent's real observation, reward and own termination or
+truncation on the step the agent leaves; from the next step until its env resets, it is
+padding (observation ``pad_value``, reward 0, flags False, ``infos["active"]`` False) and its
+action is not passed to the env. An env resets when all of its agents have left, under the
+autoreset mode (NEXT_STEP: the step after; SAME_STEP: in that step, each row that ended with
+``final_obs``/``final_info``; DISABLED: when ``reset(options={"reset_mask": rows})`` selects
+a row of it).
+
+SuperSuit's ``concat_vec_envs_v1`` signature over it is :func:`subvec.concat.concat_vec_envs`.
+This module imports neither PettingZoo nor SuperSuit; ``import subvec`` does not import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from subvec._agents import AgentRowsFactory
+from subvec._compat import AutoresetMode
+from subvec._front.front import VectorFront
+from subvec._front.merge import _add_info_legacy, _legacy_events, _Rows
+from subvec._front.setup import check_info_format
+from subvec._infos import merge_scalar_events
+from subvec._seeding import SeedArg
+from subvec.factory import VECTOR_KWARGS, backend_kwargs, check_kwargs
+
+__all__ = ["MULTIAGENT_KWARGS", "MultiAgentVectorEnv"]
+
+# Options this layer sets on the vector env underneath, and what to do instead.
+_FIXED = {
+    "info_format": "pass info_format= to MultiAgentVectorEnv itself (the rows' infos)",
+    "observation_mode": "every ParallelEnv must share its possible agents' spaces",
+    "worker": "subvec's workers run the ParallelEnvs themselves",
+}
+#: The :class:`subvec.SubprocVectorEnv` options :class:`MultiAgentVectorEnv` passes on.
+MULTIAGENT_KWARGS: tuple[str, ...] = tuple(
+    k for k in VECTOR_KWARGS if k not in _FIXED and k not in ("autoreset_mode", "copy")
+)
+
+
+def _leaf_map(fn: Callable[[np.ndarray], Any], nest: Any) -> Any:
+    if isinstance(nest, dict):
+        return {k: _leaf_map(fn, v) for k, v in nest.items()}
+    if isinstance(nest, tuple):
+        return tuple(_leaf_map(fn, v) for v in nest)
+    return fn(nest)
+
+
+def _row_of(leaf: np.ndarray, row: int, copy: bool = False) -> Any:
+    return leaf[row].copy() if copy else leaf[row]
+
+
+def _leaf_pairs(space: spaces.Space[Any], nest: Any, path: str = "") -> Iterable[tuple[str, Any]]:
+    """``(where, value)`` for each leaf of an action nest over ``space``."""
+    if isinstance(space, spaces.Dict):
+        if not isinstance(nest, dict) or set(nest) != set(space.spaces):
+            raise TypeError(
+                f"actions{path} must be a dict with keys {sorted(space.spaces)}, got "
+                f"{type(nest).__name__}"
+                + (f" with keys {sorted(nest)}" if isinstance(nest, dict) else "")
+            )
+        for k, sub in space.spaces.items():
+            yield from _leaf_pairs(sub, nest[k], f"{path}[{k!r}]")
+    elif isinstance(space, spaces.Tuple):
+        if not isinstance(nest, tuple) or len(nest) != len(space.spaces):
+            raise TypeError(f"actions{path} must be a tuple of {len(space.spaces)} batches")
+        for n, sub in enumerate(space.spaces):
+            yield from _leaf_pairs(sub, nest[n], f"{path}[{n}]")
+    else:
+        yield path, nest
+
+
+class MultiAgentVectorEnv(VectorEnv):
+    """A gymnasium ``VectorEnv`` whose rows are the agents of PettingZoo ParallelEnvs.
+
+    ``num_envs`` is the number of rows, ``num_parallel_envs * agents_per_env``;
+    ``single_observation_space`` and ``single_action_space`` are one agent's (every possible
+    agent of every env must share them). See the module doc for the row order and for agents
+    that leave.
+
+    Args:
+        par_env_fns: callables that each build one PettingZoo ``ParallelEnv`` (in a worker).
+        pad_value: what a padded row's observation holds (every leaf; zeros by default, which
+            may lie outside the space).
+        info_format: the rows' infos: ``"gymnasium"`` (1.x ``_key`` masks over the rows, as
+            the vector wrappers read them), ``"legacy"`` (gymnasium 0.29's
+            ``final_observation``/``final_info`` object arrays; implies SAME_STEP), or
+            ``"list"`` (one dict per row). Every format carries ``"active"`` per row.
+        autoreset_mode: as :class:`subvec.SubprocVectorEnv`'s, applied per ParallelEnv.
+        copy: return fresh arrays (``False``: views of the block, valid until the next call).
+        backend: ``"process"`` (a :class:`subvec.SubprocVectorEnv` underneath) or ``"ray"``
+            (a :class:`subvec.ray.RayVectorEnv`).
+        **subvec_kwargs: the options of the vector env underneath (``num_workers``,
+            ``envs_per_worker``, ``timeout``, ``on_worker_failure``, ``numa``, ``gpus``, ...),
+            which count ParallelEnvs, not rows.
+
+    Raises:
+        ValueError: the ParallelEnvs' possible agents or spaces differ (naming the env and
+            agent), or a bad option.
+        TypeError: an unknown option, or a space agents as rows cannot hold.
+    """
+
+    def __init__(
+        self,
+        par_env_fns: Iterable[Callable[[], Any]],
+        *,
+        pad_value: float = 0.0,
+        info_format: str = "gymnasium",
+        autoreset_mode: str | AutoresetMode | None = None,
+        copy: bool = True,
+        backend: str = "process",
+        **subvec_kwargs: Any,
+    ) -> None:
+        allowed = (
+            MULTIAGENT_KWARGS
+            if backend == "process"
+            else tuple(
+                k
+                for k in backend_kwargs(backend)
+                if k not in _FIXED and k not in ("autoreset_mode", "copy")
+            )
+        )
+        check_kwargs(subvec_kwargs, allowed, "MultiAgentVectorEnv()", hints=_FIXED)
+        mode = check_info_format(info_format, autoreset_mode)
+        factories = [AgentRowsFactory(fn, float(pad_value)) for fn in par_env_fns]
+        if not factories:
+            raise ValueError("par_env_fns is empty: pass at least one ParallelEnv factory")
+        self.info_format = info_format
+        self.autoreset_mode = mode
+        self._views = not copy
+        #: The vector env underneath, one env per ParallelEnv (a SubprocVectorEnv or a
+        #: RayVectorEnv): its calls, ``stats()`` and placement are per ParallelEnv.
+        self.env_vector: VectorFront
+        if backend == "ray":
+            from subvec.ray import RayVectorEnv
+
+            self.env_vector = RayVectorEnv(
+                factories, copy=copy, autoreset_mode=mode, info_format="list", **subvec_kwargs
+            )
+        else:
+            from subvec.vector import SubprocVectorEnv
+
+            self.env_vector = SubprocVectorEnv(
+                factories, copy=copy, autoreset_mode=mode, info_format="list", **subvec_kwargs
+            )
+        try:
+            self._take_spaces()
+        except BaseException:
+            self.env_vector.close(terminate=True)
+            raise
+        self.metadata = dict(self.env_vector.metadata)
+        self.metadata["autoreset_mode"] = mode
+        self.render_mode = self.env_vector.render_mode
+        #: The ParallelEnvs whose agents had all left at the last step (with SAME_STEP they
+        #: reset in that step; with DISABLED they wait for a reset); cleared by a reset.
+        self.ended_envs = np.zeros(self.num_parallel_envs, dtype=np.bool_)
+        self._last_recv: list[int] = []
+
+    def _take_spaces(self) -> None:
+        """Agents and spaces from every env, checked to agree."""
+        agents = self.env_vector.get_attr("possible_agents")
+        obs_spaces = self.env_vector.get_attr("agent_observation_space")
+        act_spaces = self.env_vector.get_attr("agent_action_space")
+        for i in range(1, len(agents)):
+            for what, mine, first in (
+                ("possible_agents", agents[i], agents[0]),
+                ("agent observation space", obs_spaces[i], obs_spaces[0]),
+                ("agent action space", act_spaces[i], act_spaces[0]),
+            ):
+                if mine != first:
+                    raise ValueError(
+                        f"env {i} has the {what} {mine!r}, env 0 has {first!r}: every "
+                        "ParallelEnv must have the same possible agents and spaces"
+                    )
+        #: The possible agents of every env; row ``i * agents_per_env + j`` is agent ``j``.
+        self.possible_agents: list[str] = list(agents[0])
+        #: Possible agents per env (``A``).
+        self.agents_per_env = len(self.possible_agents)
+        #: ParallelEnvs (``n``); ``num_envs`` is ``n * A`` rows.
+        self.num_parallel_envs = len(agents)
+        self.num_envs = self.num_parallel_envs * self.agents_per_env
+        self.single_observation_space = obs_spaces[0]
+        self.single_action_space = act_spaces[0]
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._add_row_info = _Rows(self.num_envs)._add_info
+
+    # ---- rows ---------------------------------------------------------------------------
+
+    def _flat(self, nest: Any, rows: int | None = None) -> Any:
+        """``(n, A, ...)`` leaves as ``(n * A, ...)`` rows (views)."""
+        rows = self.num_envs if rows is None else rows
+        return _leaf_map(lambda a: a.reshape(rows, *a.shape[2:]), nest)
+
+    def env_and_agent(self, row: int) -> tuple[int, str]:
+        """The ParallelEnv index and agent of ``row``."""
+        i, j = divmod(int(row), self.agents_per_env)
+        return i, self.possible_agents[j]
+
+    def _env_actions(self, actions: Any, envs: int | None = None) -> Any:
+        """Row actions ``(n * A, ...)`` as the env batch ``(n, A, ...)`` (views), checked
+        (``n``: every env, or ``envs`` of them)."""
+        n, a = self.num_parallel_envs if envs is None else envs, self.agents_per_env
+        rows = n * a
+        out: dict[str, Any] = {}
+        for where, leaf in _leaf_pairs(self.single_action_space, actions):
+            shape = getattr(leaf, "shape", None)
+            if shape is None:
+                leaf = np.asarray(leaf)
+                shape = leaf.shape
+            if len(shape) == 0 or shape[0] != rows:
+                got = "a scalar" if len(shape) == 0 else f"{shape[0]} rows (shape {tuple(shape)})"
+                raise ValueError(
+                    f"actions{where}: expected one row per agent, {rows} rows "
+                    f"({n} envs x {a} agents), got {got}"
+                )
+            out[where] = leaf.reshape(n, a, *shape[1:])
+        return _rebuild(self.single_action_space, out)
+
+    def _env_mask(self, mask: Any) -> np.ndarray:
+        """A rows' reset mask as the envs': an env resets when one of its rows is selected;
+        a selected row's agent must have left (DISABLED mode resets only ended envs)."""
+        rows = np.asarray(mask)
+        if rows.dtype != np.bool_ or rows.shape != (self.num_envs,):
+            raise ValueError(
+                f"reset_mask must be a bool array of {self.num_envs} rows (one per agent), "
+                f"got {rows.dtype} of shape {rows.shape}"
+            )
+        per_env = rows.reshape(self.num_parallel_envs, self.agents_per_env)
+        env_mask = np.asarray(per_env.any(axis=1))
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            running = env_mask & ~self.ended_envs
+            if running.any():
+                i = int(np.flatnonzero(running)[0])
+                j = int(np.flatnonzero(per_env[i])[0])
+                raise ValueError(
+                    f"reset_mask selects row {i * self.agents_per_env + j} (env {i}, agent "
+                    f"{self.possible_agents[j]!r}) but env {i} is still running; an env "
+                    "resets once all of its agents have left (its rows all ended)"
+                )
+        return env_mask
+
+    # ---- gymnasium's VectorEnv ----------------------------------------------------------
+
+    def reset(
+        self, *, seed: SeedArg = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, Any]:
+        """Reset every ParallelEnv (or those with a row in ``options["reset_mask"]``).
+
+        Args:
+            seed: an int (env ``i`` gets ``seed + i``, so no two envs share a seed) or one
+                seed per ParallelEnv (``num_parallel_envs`` of them, not rows).
+            options: passed to each ParallelEnv's ``reset``; ``"reset_mask"``, if given, is a
+                bool array over the rows (DISABLED mode: every selected row's env must have
+                ended).
+
+        Returns:
+            The rows' observations and infos.
+
+        Raises:
+            ValueError: a bad mask or seed list (nothing is sent).
+        """
+        opts = dict(options) if options else {}
+        mask = opts.pop("reset_mask", None)
+        env_mask = None if mask is None else self._env_mask(mask)
+        if env_mask is not None:
+            opts["reset_mask"] = env_mask
+        obs, listed = self.env_vector.reset(seed=seed, options=opts or None)
+        env_infos: list[dict[str, Any]] = listed  # type: ignore[assignment]  # "list" format
+        if env_mask is None:
+            self.ended_envs = np.zeros(self.num_parallel_envs, dtype=np.bool_)
+        else:
+            self.ended_envs = self.ended_envs & ~env_mask
+        active = self._flat(obs["active"])
+        events = self._agent_events(env_infos, None if env_mask is None else env_mask)
+        return self._flat(obs["obs"]), self._merge(events, active)
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Step every ParallelEnv with its rows of ``actions`` (padded rows' are ignored).
+
+        Args:
+            actions: one row per agent, ``(num_envs, *single_action_space.shape)`` (a dict or
+                tuple of such batches for nested spaces).
+
+        Returns:
+            ``(obs, rewards, terminations, truncations, infos)`` over the rows.
+
+        Raises:
+            ValueError: not one action row per agent.
+            EnvError: a ParallelEnv raised (naming the env; the adapter's own errors name
+                the agent too).
+        """
+        obs, _, env_terms, env_truncs, listed = self.env_vector.step(self._env_actions(actions))
+        env_infos: list[dict[str, Any]] = listed  # type: ignore[assignment]  # "list" format
+        self.ended_envs = env_terms | env_truncs
+        return self._results(obs, env_infos)
+
+    def _results(
+        self, obs: dict[str, Any], env_infos: list[dict[str, Any]], env_ids: Any = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """A step's rows out of the adapters' batch (every env, or those of ``env_ids``)."""
+        rows = len(env_infos) * self.agents_per_env
+        # with copy=False these leaves are the block's: rewards and flags are handed out fresh
+        # all the same (as every subvec vector env does), only the observations are views
+        fresh = np.array if self._views else np.asarray
+        rewards = fresh(obs["reward"].reshape(rows))
+        terms = fresh(obs["terminated"].reshape(rows))
+        truncs = fresh(obs["truncated"].reshape(rows))
+        active = obs["active"].reshape(rows)
+        row_obs = self._flat(obs["obs"], rows)
+        events = self._agent_events(env_infos, None)
+        a = self.agents_per_env
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            finals = [i for i, info in enumerate(env_infos) if "final_obs" in info]
+            if finals or terms.any() or truncs.any():
+                rewards, terms, truncs = rewards.copy(), terms.copy(), truncs.copy()
+                events = self._same_step_finals(
+                    finals, env_infos, row_obs, rewards, terms, truncs, events
+                )
+        restarted = [i for i, info in enumerate(env_infos) if info.get("worker_restarted")]
+        if restarted:
+            truncs = truncs.copy()
+            for i in restarted:
+                truncs[i * a : (i + 1) * a] = True
+                events += [(i * a + j, {"worker_restarted": True}) for j in range(a)]
+            events.sort(key=lambda e: e[0])
+        infos = self._merge(events, active, rows)
+        if env_ids is not None:
+            ids = np.repeat(np.asarray(env_ids, dtype=np.int64), a)
+            if self.info_format == "list":
+                for info, i in zip(infos, ids.tolist()):
+                    info["env_id"] = i
+            else:
+                infos["env_id"] = ids
+        return row_obs, rewards, terms, truncs, infos
+
+    # ---- asynchronous stepping, by ParallelEnv ------------------------------------------
+
+    def async_reset(self, seed: SeedArg = None, options: dict[str, Any] | None = None) -> None:
+        """Start resetting every ParallelEnv (or those with a row in
+        ``options["reset_mask"]``); their rows come back through :meth:`recv`.
+
+        Args:
+            seed, options: as :meth:`reset`.
+        """
+        opts = dict(options) if options else {}
+        mask = opts.pop("reset_mask", None)
+        if mask is not None:
+            opts["reset_mask"] = self._env_mask(mask)
+        self.env_vector.async_reset(seed=seed, options=opts or None)
+
+    def send(self, actions: Any, env_ids: Sequence[int] | None = None) -> None:
+        """Start stepping the ParallelEnvs ``env_ids`` with their agents' rows of ``actions``.
+
+        Args:
+            actions: ``len(env_ids) * agents_per_env`` rows, env-major in the order of
+                ``env_ids``.
+            env_ids: ParallelEnv indices (default: those the last :meth:`recv` returned).
+
+        Raises:
+            ValueError: not one action row per agent of those envs, or a bad env id (as
+                :meth:`subvec.SubprocVectorEnv.send`); nothing is sent.
+        """
+        ids = self._last_recv if env_ids is None else [int(i) for i in env_ids]
+        self.env_vector.send(self._env_actions(actions, len(ids)), ids)
+
+    def recv(
+        self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """The rows of the first ready ParallelEnvs (counts are of envs, not rows).
+
+        Returns:
+            ``(obs, rewards, terminations, truncations, infos)``, ``agents_per_env`` rows per
+            env returned; ``infos["env_id"]`` (in the list format, each row's ``"env_id"``)
+            names each row's ParallelEnv.
+
+        Raises:
+            as :meth:`subvec.SubprocVectorEnv.recv`.
+        """
+        return self._async_rows(self.env_vector.recv(min_envs, max_envs, timeout))
+
+    def drain(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Wait for every ParallelEnv in flight and return all held results as one
+        recv-shaped batch of rows; the vector env is idle again."""
+        return self._async_rows(self.env_vector.drain())
+
+    def _async_rows(self, batch: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        obs, _, env_terms, env_truncs, env_infos = batch  # info_format="list" underneath
+        ids = [int(info["env_id"]) for info in env_infos]
+        self._last_recv = ids
+        ended = self.ended_envs.copy()
+        ended[ids] = env_terms | env_truncs
+        self.ended_envs = ended
+        return self._results(obs, env_infos, ids)
+
+    def _same_step_finals(
+        self,
+        finals: list[int],
+        env_infos: Sequence[dict[str, Any]],
+        row_obs: Any,
+        rewards: np.ndarray,
+        terms: np.ndarray,
+        truncs: np.ndarray,
+        events: list[tuple[int, dict[str, Any]]],
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """SAME_STEP: an env that ended and reset reports its rows' last step (rewards and
+        flags) from its final observation; every row that ended carries ``final_obs`` and
+        ``final_info`` (a row whose agent left a running env: its observation, its info)."""
+        a = self.agents_per_env
+        by_row = dict(events)
+        for i in finals:
+            final = env_infos[i]["final_obs"]
+            lo = i * a
+            rewards[lo : lo + a] = final["reward"]
+            terms[lo : lo + a] = final["terminated"]
+            truncs[lo : lo + a] = final["truncated"]
+        final_of = {i: env_infos[i] for i in finals}
+        for r in np.flatnonzero(terms | truncs):
+            i, j = divmod(int(r), a)
+            agent = self.possible_agents[j]
+            if i in final_of:
+                info = final_of[i]
+                last = _leaf_map(partial(_row_of, row=j), info["final_obs"]["obs"])
+                last_info = dict(info.get("final_info", {}).get(agent, {}))
+                row = dict(by_row.get(int(r), {}))
+            else:
+                last = _leaf_map(partial(_row_of, row=int(r), copy=True), row_obs)
+                last_info = by_row.get(int(r), {})
+                row = {}
+            row["final_obs"] = last
+            row["final_info"] = last_info
+            by_row[int(r)] = row
+        return sorted(by_row.items())
+
+    def _agent_events(
+        self, env_infos: Sequence[dict[str, Any]], only: np.ndarray | None
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """``(row, info)`` for each agent that said something (env-major)."""
+        events = []
+        index = {agent: j for j, agent in enumerate(self.possible_agents)}
+        a = self.agents_per_env
+        for i, info in enumerate(env_infos):
+            if not info or (only is not None and not only[i]):
+                continue
+            rows = [
+                (i * a + index[agent], dict(value))
+                for agent, value in info.items()
+                if agent in index and isinstance(value, dict)
+            ]
+            events += sorted(rows, key=lambda e: e[0])
+        return events
+
+    def _merge(
+        self, events: list[tuple[int, dict[str, Any]]], active: np.ndarray, rows: int | None = None
+    ) -> Any:
+        """The rows' infos in ``info_format``, with ``"active"`` for every row (``rows``: all
+        of them, or a recv's)."""
+        rows = self.num_envs if rows is None else rows
+        active = np.array(active, dtype=np.bool_)
+        if self.info_format == "list":
+            per_row: list[dict[str, Any]] = [{"active": bool(x)} for x in active]
+            for r, info in events:
+                per_row[r].update(info)
+            return per_row
+        infos: dict[str, Any] = {}
+        if self.info_format == "legacy":
+            for r, info in _legacy_events(events, 0):
+                infos = _add_info_legacy(infos, info, r, rows)
+        elif events:
+            # scalar infos (the usual ones) a column at a time, as the core merges them
+            merged = merge_scalar_events(events, rows)
+            if merged is not None:
+                infos = merged
+            else:
+                add_info = self._add_row_info if rows == self.num_envs else _Rows(rows)._add_info
+                for r, info in events:
+                    infos = add_info(infos, info, r)
+        infos["active"] = active
+        infos["_active"] = np.ones(rows, dtype=np.bool_)
+        return infos
+
+    def render(self) -> tuple[Any, ...] | None:
+        """Each ParallelEnv's ``render()`` (one per env, not per row)."""
+        return self.env_vector.render()
+
+    def call(
+        self, name: str, *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any
+    ) -> tuple[Any, ...]:
+        """Call ``name`` on the ParallelEnvs (or read it, if not callable): one result per
+        env of ``env_ids`` (ParallelEnv indices, default all), not per row."""
+        return self.env_vector.call(name, *args, env_ids=env_ids, **kwargs)
+
+    def get_attr(self, name: str, env_ids: Sequence[int] | None = None) -> tuple[Any, ...]:
+        """The ParallelEnvs' attribute ``name``, one per env of ``env_ids`` (default all)."""
+        return self.env_vector.get_attr(name, env_ids=env_ids)
+
+    def set_attr(self, name: str, values: Any, env_ids: Sequence[int] | None = None) -> None:
+        """Set ``name`` on the ParallelEnvs: ``values`` one per env of ``env_ids``, or one
+        value for all."""
+        self.env_vector.set_attr(name, values, env_ids=env_ids)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close the vector env underneath (its workers and block)."""
+        self.env_vector.close(**kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"MultiAgentVectorEnv({self.num_parallel_envs} envs x {self.agents_per_env} agents"
+            f" = {self.num_envs} rows, {self.env_vector!r})"
+        )
+
+
+def _rebuild(space: spaces.Space[Any], leaves: dict[str, Any], path: str = "") -> Any:
+    """The nest of ``space`` from its leaves keyed as ``_leaf_pairs`` names them."""
+    if isinstance(space, spaces.Dict):
+        return {k: _rebuild(s, leaves, f"{path}[{k!r}]") for k, s in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_rebuild(s, leaves, f"{path}[{k}]") for k, s in enumerate(space.spaces))
+    return leaves[path]
