@@ -131,6 +131,7 @@ def test_summary_pairs_ratios_by_repeat_and_judges_the_targets() -> None:
     assert "| skipped: no venv |" in table
 
 
+@pytest.mark.slow  # 10-20 s: the benchmark's smoke run, kept out of the quick loop
 @pytest.mark.timeout(300)
 def test_the_batch_forming_benchmark_quick_mode_writes_every_row(tmp_path: Path) -> None:
     out = tmp_path / "overlap.jsonl"
