@@ -236,6 +236,7 @@ def check_hung_step_and_chunk_raise(make: Make) -> None:
 def check_sb3_env_method_per_env(**kwargs: Any) -> None:
     """The SB3 face's ``env_method`` with indices (repeats included) hands each index its own
     value of a PerEnv argument; without indices, env i gets value i."""
+    pytest.importorskip("stable_baselines3")
     from subvec.sb3 import SubprocVecEnv
 
     envs = SubprocVecEnv([armed] * 4, **kwargs)
