@@ -1,7 +1,8 @@
 """Space -> shared-memory layout, and the per-space readers and writers built on it.
 
-One registered function per space type (``functools.singledispatch``): supporting a new fixed-
-size space is one registration, not a branch. Fixed-size spaces (Box of any dtype, Discrete,
+Every nest is walked one way (:func:`walk`); whether a leaf is fixed-size is one registered
+function per space type (``functools.singledispatch``), so supporting a new fixed-size space is
+one registration, not a branch. Fixed-size spaces (Box of any dtype, Discrete,
 MultiDiscrete, MultiBinary, and Dict/Tuple nests of them) live in shared memory. Anything else
 (Text, Sequence, Graph, OneOf, custom spaces) is *not shareable* and travels pickled over the
 pipe; it is never silently zeroed.
@@ -62,60 +63,58 @@ class LeafSpec:
         return int(n * self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64)))
 
 
-# --- which spaces are shareable ------------------------------------------------------------
+# --- the leaves of a nest ------------------------------------------------------------------
+
+Path = tuple[str | int, ...]
+
+
+def walk(space: spaces.Space[Any], path: Path = ()) -> Iterator[tuple[Path, spaces.Space[Any]]]:
+    """The leaves of ``space`` in depth-first order (Dict keys and Tuple items in order), as
+    ``(path, leaf space)``: every other function here that lays out a nest walks it so. Any
+    space but a Dict or Tuple is one leaf, whatever it holds (a Text, Sequence, Graph, ...)."""
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            yield from walk(sub, (*path, key))
+    elif isinstance(space, spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            yield from walk(sub, (*path, i))
+    else:
+        yield path, space
 
 
 @singledispatch
-def is_shareable(space: spaces.Space[Any]) -> bool:
-    """True when every leaf of ``space`` has a fixed dtype and shape."""
+def _fixed_size(space: spaces.Space[Any]) -> bool:
+    """True for a leaf space with a fixed dtype and shape (registered per space type)."""
     return False
 
 
-@is_shareable.register(spaces.Box)
-@is_shareable.register(spaces.Discrete)
-@is_shareable.register(spaces.MultiDiscrete)
-@is_shareable.register(spaces.MultiBinary)
+@_fixed_size.register(spaces.Box)
+@_fixed_size.register(spaces.Discrete)
+@_fixed_size.register(spaces.MultiDiscrete)
+@_fixed_size.register(spaces.MultiBinary)
 def _(space: spaces.Space[Any]) -> bool:
     # Subclasses of these spaces may change sample()/contains() but not the dtype/shape
     # contract, so they share memory too.
     return space.dtype is not None and space.shape is not None
 
 
-@is_shareable.register(spaces.Tuple)
-def _(space: spaces.Tuple) -> bool:  # type: ignore[type-arg]
-    return all(is_shareable(sub) for sub in space.spaces)
-
-
-@is_shareable.register(spaces.Dict)
-def _(space: spaces.Dict) -> bool:
-    return all(is_shareable(sub) for sub in space.spaces.values())
-
-
-# --- leaves ---------------------------------------------------------------------------------
+def is_shareable(space: spaces.Space[Any]) -> bool:
+    """True when every leaf of ``space`` has a fixed dtype and shape."""
+    return all(_fixed_size(leaf) for _, leaf in walk(space))
 
 
 def leaf_specs(space: spaces.Space[Any]) -> list[LeafSpec]:
-    """The leaves of a shareable space in a fixed depth-first order."""
-    return list(_leaves(space, ()))
+    """The leaves of a shareable space in :func:`walk` order.
 
-
-@singledispatch
-def _leaves(space: spaces.Space[Any], path: tuple[str | int, ...]) -> Iterator[LeafSpec]:
-    if space.dtype is None or space.shape is None:
-        raise TypeError(f"space {space!r} has no fixed dtype/shape and cannot be shared")
-    yield LeafSpec(path, np.dtype(space.dtype), tuple(space.shape))
-
-
-@_leaves.register(spaces.Tuple)
-def _(space: spaces.Tuple, path: tuple[str | int, ...]) -> Iterator[LeafSpec]:  # type: ignore[type-arg]
-    for i, sub in enumerate(space.spaces):
-        yield from _leaves(sub, (*path, i))
-
-
-@_leaves.register(spaces.Dict)
-def _(space: spaces.Dict, path: tuple[str | int, ...]) -> Iterator[LeafSpec]:
-    for key, sub in space.spaces.items():
-        yield from _leaves(sub, (*path, key))
+    Raises:
+        TypeError: a leaf has no fixed dtype and shape.
+    """
+    specs = []
+    for path, leaf in walk(space):
+        if leaf.dtype is None or leaf.shape is None:
+            raise TypeError(f"space {leaf!r} has no fixed dtype/shape and cannot be shared")
+        specs.append(LeafSpec(path, np.dtype(leaf.dtype), tuple(leaf.shape)))
+    return specs
 
 
 def build_views(space: spaces.Space[Any], leaves: Iterator[np.ndarray]) -> Any:
@@ -130,29 +129,14 @@ def build_views(space: spaces.Space[Any], leaves: Iterator[np.ndarray]) -> Any:
 
 # --- split nests: fixed-size leaves in the block, the others by value ---------------------
 
-Path = tuple[str | int, ...]
-
 
 def _split(space: spaces.Space[Any]) -> tuple[list[tuple[Path, Any]], list[tuple[Path, Any]]]:
-    """The leaves of ``space`` in depth-first order, as ``(path, space)``: the fixed-size ones
-    and the others (a Text, Sequence, Graph, OneOf or custom space is one leaf, whatever it
-    holds)."""
+    """The leaves of ``space`` in :func:`walk` order, as ``(path, space)``: the fixed-size ones
+    and the others."""
     fixed: list[tuple[Path, Any]] = []
     loose: list[tuple[Path, Any]] = []
-
-    def walk(sub: spaces.Space[Any], path: Path) -> None:
-        if isinstance(sub, spaces.Dict):
-            for key, item in sub.spaces.items():
-                walk(item, (*path, key))
-        elif isinstance(sub, spaces.Tuple):
-            for i, item in enumerate(sub.spaces):
-                walk(item, (*path, i))
-        elif is_shareable(sub):
-            fixed.append((path, sub))
-        else:
-            loose.append((path, sub))
-
-    walk(space, ())
+    for path, leaf in walk(space):
+        (fixed if _fixed_size(leaf) else loose).append((path, leaf))
     return fixed, loose
 
 

@@ -42,6 +42,7 @@ def _load() -> ModuleType:
     return load_script("bench_async_under_test", SCRIPT)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(300)
 def test_quick_mode_writes_every_row(tmp_path: Path) -> None:
     pytest.importorskip("torch")

@@ -16,6 +16,7 @@ pytest.importorskip("pettingzoo")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 def test_quick_run_writes_the_table_and_raw_values(tmp_path: Path) -> None:
     env = dict(os.environ)

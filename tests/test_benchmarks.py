@@ -35,6 +35,7 @@ def _load_suite() -> ModuleType:
     return load_script("bench_vector_under_test", SCRIPT)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(240)
 def test_suite_quick_mode_writes_results(tmp_path: Path) -> None:
     out, img = tmp_path / "results", tmp_path / "img"
@@ -116,6 +117,7 @@ def test_workload_names() -> None:
     assert "instruction" not in suite.make_factory({**spec, "text": False})().observation_space
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(90)
 def test_the_libero_workload_runs_with_torch_actions(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
@@ -174,6 +176,7 @@ def test_simpy_env_follows_the_api() -> None:
     assert truncated
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 def test_cli_bench_prints_the_table(tmp_path: Path) -> None:
     out = tmp_path / "rows.jsonl"
@@ -278,6 +281,7 @@ def test_import_subvec_leaves_the_bench_out() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env=_env(), timeout=60)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 def test_chunk_benchmark_quick_mode_writes_results(tmp_path: Path) -> None:
     script = ROOT / "benchmarks" / "bench_chunks.py"

@@ -391,6 +391,7 @@ def test_legacy_and_list_info_formats_carry_the_chunk() -> None:
         assert [sorted(info["infos"][0]) for info in infos] == [["reset_count"]] * 2
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_a_hung_worker_mid_chunk_is_replaced_at_the_sub_step_it_was_lost() -> None:
     """A timeout inside a chunk follows the policy as in step(): with "restart" the hung
     worker is killed and replaced, its envs truncated where they were lost."""

@@ -26,6 +26,7 @@ def python_blocks(page: Path) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```$", page.read_text(), flags=re.S | re.M)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(("page", "index"), QUICK_STARTS)
 def test_a_quick_start_runs_as_written(page: str, index: int) -> None:

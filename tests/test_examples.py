@@ -74,6 +74,7 @@ EXAMPLES = [
 ]
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize(
     ("script", "args", "needs", "expect"),

@@ -148,6 +148,7 @@ def test_unpicklable_factory_fails_before_any_process_starts() -> None:
 # --- 2. a worker dies -------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("how", "signature"),
@@ -840,6 +841,7 @@ def test_shm_too_small_is_a_clear_error_at_construction(monkeypatch: pytest.Monk
 # --- 8. resources -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(180)
 def test_no_growth_of_fds_children_or_segments_over_100_cycles(fd_count: Any) -> None:
     def cycle() -> None:
@@ -1041,6 +1043,7 @@ def _interrupted(step_seconds: float, then: str) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 def test_after_ctrl_c_in_a_30_s_step_the_next_call_says_what_it_waits_for_and_close_is_prompt() -> (
     None
@@ -1056,6 +1059,7 @@ def test_after_ctrl_c_in_a_30_s_step_the_next_call_says_what_it_waits_for_and_cl
     assert report["left"] == []
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 def test_after_ctrl_c_the_next_call_waits_for_the_interrupted_step_then_runs() -> None:
     report = _interrupted(3.0, "wait")

@@ -153,6 +153,7 @@ def kaz() -> Any:
     )
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(
     not __import__("importlib").util.find_spec("pygame"),

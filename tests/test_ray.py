@@ -212,10 +212,12 @@ def test_env_errors_in_one_chunk_leave_the_other_envs_running() -> None:
     check_chunk_env_errors_leave_the_other_envs_running(RayEnvs)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_env_error_in_reset_and_call_and_one_report_for_many() -> None:
     check_env_error_in_reset_and_call(RayEnvs)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_placement_records_and_actor_handles() -> None:
     with RayVectorEnv([EnvVarEnv] * 5, envs_per_actor=2, start_timeout=30) as envs:
         assert envs.num_actors == 3 and len(envs.actors) == 3
@@ -283,6 +285,7 @@ def boxes(*highs: float) -> list[Any]:
     ]
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_observation_mode_different_and_custom_match_sync() -> None:
     fns = boxes(1, 2, 3, 4)  # two actors, each with envs of two spaces
     custom = (
@@ -310,6 +313,7 @@ def test_observation_spaces_are_checked_over_every_env_naming_its_index() -> Non
         RayEnvs(boxes(1, 1, 1, 2))
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_max_concurrency_is_split_over_the_actors() -> None:
     fns = [StepClockEnv] * 4
     with RayEnvs(fns, local_workers=2, max_concurrency=2) as envs:
@@ -334,6 +338,7 @@ def actor_pids(envs: RayVectorEnv) -> list[int | None]:
     return [r.pid for r in envs.placement]
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_killed_actor_raises_naming_its_envs_and_node_and_reset_rebuilds_it() -> None:
     nodes: list[str] = []
 
@@ -346,10 +351,12 @@ def test_killed_actor_raises_naming_its_envs_and_node_and_reset_rebuilds_it() ->
     assert nodes[0][:12] in str(err) and "envs 2..3" in str(err)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_killed_actor_is_restarted_and_its_envs_come_back_truncated() -> None:
     check_lost_unit_is_restarted(RayEnvs, kill_actor, actor_pids)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_hung_actor_is_replaced_under_restart() -> None:
     fns = crash_fns(2, crash_at=1, how="hang")
     with RayEnvs(fns, timeout=1.0, on_worker_failure="restart") as envs:
@@ -373,6 +380,7 @@ def test_worker_dying_inside_an_actor_raises_naming_its_envs() -> None:
         assert "lost a worker" in str(info.value)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_worker_dying_inside_an_actor_is_restarted_by_the_actor() -> None:
     fns = crash_fns(4, crash_at=2, how="exit")
     with RayEnvs(fns, on_worker_failure="restart") as envs:
@@ -444,6 +452,7 @@ def test_a_dropped_env_gives_back_its_actors_group_and_cpus() -> None:
     # no actor or placement group left, no block on /dev/shm: the fixtures check
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 def test_envs_never_closed_are_released_when_collected_and_at_interpreter_exit() -> None:
     root = Path(__file__).resolve().parent.parent
@@ -464,6 +473,7 @@ def test_envs_never_closed_are_released_when_collected_and_at_interpreter_exit()
     assert not gone(lines[1]["actor_pids"])
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_close_after_an_actor_hung_is_bounded() -> None:
     fns = crash_fns(2, crash_at=1, how="hang")
     envs = RayEnvs(fns, timeout=1.0)
@@ -545,6 +555,7 @@ def test_sb3_face_on_the_ray_backend_matches_dummy_vec_env() -> None:
 # --- the benchmark ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_benchmark_runs_tiny_and_writes_its_table(tmp_path: Any) -> None:
     from pathlib import Path
 
@@ -646,6 +657,7 @@ def test_killed_actor_mid_chunk_comes_back_truncated_at_sub_step_zero() -> None:
 # --- robot-learning rollouts (tests/vla_checks.py) --------------------------------------------
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_metadata_none_or_not_a_mapping_reads_as_empty() -> None:
     vla_checks.check_metadata_none_and_non_dict(RayEnvs)
 
@@ -696,14 +708,17 @@ def actor_worker_pids(envs: RayVectorEnv) -> list[int]:
     return [pid for record in envs.placement for pid in record.worker_pids]
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_reconfigure_all_and_some_envs_inside_the_live_actors() -> None:
     vla_checks.check_reconfigure_all_and_some(RayEnvs, actor_worker_pids)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_reconfigure_refused_keeps_the_old_envs_on_ray(tmp_path: Path) -> None:
     vla_checks.check_reconfigure_refused_keeps_the_old_envs(RayEnvs, str(tmp_path))
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_reconfigured_envs_wait_for_a_reset_on_ray() -> None:
     vla_checks.check_reconfigure_waits_for_a_reset(RayEnvs)
 
@@ -714,6 +729,7 @@ def test_reconfigure_with_an_actor_worker_dying(policy: str) -> None:
     vla_checks.check_reconfigure_with_a_unit_dying(RayEnvs, policy)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.parametrize("mode", ["NextStep", "freeze"])
 def test_suspend_resume_continues_with_the_state_hook_on_ray(mode: str) -> None:
     kwargs = {"freeze": True} if mode == "freeze" else {"autoreset_mode": mode}
@@ -722,6 +738,7 @@ def test_suspend_resume_continues_with_the_state_hook_on_ray(mode: str) -> None:
     )
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_suspend_resume_without_the_hook_resets_on_ray() -> None:
     vla_checks.check_suspend_resume_without_the_hook_resets(RayEnvs)
 

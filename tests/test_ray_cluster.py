@@ -44,6 +44,7 @@ def cluster() -> Iterator[Cluster]:
         two.shutdown()
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_strict_spread_puts_actors_on_different_nodes_and_matches_sync(cluster: Cluster) -> None:
     assert not ray.is_initialized()
     make = functools.partial(

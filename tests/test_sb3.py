@@ -330,6 +330,7 @@ def test_options_the_adapter_owns_are_refused_by_name() -> None:
         SubprocVecEnv(fns, copy=False)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(60)
 def test_close_is_idempotent_and_start_method_is_passed() -> None:
     envs = SubprocVecEnv([cartpole, cartpole], start_method="spawn", num_workers=1)
@@ -447,6 +448,7 @@ def test_observation_slots_under_sb3(wrap: Callable[[VecEnv], VecEnv] | None) ->
         venv.close()
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(90)
 def test_evaluate_policy_matches_dummy() -> None:
     fns = [cartpole for _ in range(4)]
@@ -518,6 +520,7 @@ def test_algorithms_learn(algo: Callable[[VecEnv], Any], make: EnvFn) -> None:
         env.close()
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 def test_ppo_learns_cartpole() -> None:
     """A small learning smoke test: 16k steps of PPO on 8 CartPoles (about 6 s on 2 cores).

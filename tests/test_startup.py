@@ -81,6 +81,7 @@ def test_script_without_main_guard_works(context: str) -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("context", ["forkserver", "spawn"])
 def test_a_script_without_main_guard_works_through_the_sb3_face(context: str) -> None:

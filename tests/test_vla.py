@@ -39,15 +39,18 @@ def test_per_env_call_arguments(make: Any) -> None:
     checks.check_per_env_call_arguments(make)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_timeouts_per_command() -> None:
     checks.check_timeouts_per_command(two_workers)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.parametrize("policy", ["raise", "restart"])
 def test_hung_reset_step_and_chunk_follow_the_failure_policy(policy: str) -> None:
     checks.check_hung_reset_step_and_chunk(two_workers, policy)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_hung_step_and_chunk_raise_within_their_bounds() -> None:
     checks.check_hung_step_and_chunk_raise(two_workers)
 
@@ -141,6 +144,7 @@ def _frames_differ_from_blank(pixels: np.ndarray) -> None:
     assert (flat.std(axis=1) > 5.0).all(), "a blank frame"
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(240)
 def test_rendered_cheetah_groups_freeze_swap_and_suspend(cheetah: Any) -> None:
     """HalfCheetah-v5 rendering 128x128 frames through EGL in the workers, as a Dict(pixels,

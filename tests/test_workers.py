@@ -116,6 +116,7 @@ def test_stats_count_restarts_and_start_again_in_the_replacement() -> None:
     assert stats[0].steps == 2  # the replacement's: the two steps after the restart
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_tune_tries_layouts_and_names_the_best(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["tune", "CartPole-v1", "-n", "2", "--duration", "0.05", "--warmup", "0.01"])
     out = capsys.readouterr().out
@@ -139,6 +140,7 @@ def test_the_command_line_says_its_version(capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out.strip() == f"subvec {subvec.__version__}"
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_make_vec_and_the_sb3_face_pass_worker_threads_on() -> None:
     with make_vec(functools.partial(MatmulEnv, 8), 1, worker_threads=2) as envs:
         assert envs.worker_threads == 2
