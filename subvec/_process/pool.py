@@ -16,7 +16,6 @@ commands and waits for their replies on the pipes.
 
 from __future__ import annotations
 
-import os
 import select
 import time
 from collections import deque
@@ -296,11 +295,8 @@ class WorkerPool:
         ``payload`` or ``per_unit(worker)``, pickled (cloudpickle for calls: their arguments
         may be lambdas); ``encoded``: ``payload`` is the bytes already."""
         targets = self._send_order() if units is None else self._partner_last(units)
-        if command is Command.STEP_ENVS:
-            for worker in targets:  # its last chunk is no longer the one to repeat
-                worker.last_chunk = None
-            if per_unit is None and _is_short_step(payload):
-                command, payload = Command.STEP, None  # its 9-byte frame (or the bell's word)
+        if command is Command.STEP_ENVS and per_unit is None and _is_short_step(payload):
+            command, payload = Command.STEP, None  # its 9-byte frame (or the bell's word)
         dump: Callable[[Any], bytes] = proto.dumps
         if command in _CLOUDPICKLED:
             dump = pickling.dumps
@@ -501,32 +497,22 @@ class WorkerPool:
         what: str,
         stop_at_death: bool = False,
     ) -> Collected | None:
-        """:meth:`exchange` of an action chunk's STEP_ENVS ``payload``, the same for every
-        worker (its actions in the chunk block): framed in send order, the partner last, then
-        the replies read (quickly where it applies). A worker whose last chunk frame was
-        this ``payload`` (the same object) gets the short form, the 9-byte header of an empty
-        payload, and runs its last chunk again (``_process.chunks.ChunkAttachment``)."""
+        """:meth:`exchange` with the same ``payload`` for every worker (an action chunk's
+        command, its actions in the chunk block): framed in send order, the partner last,
+        then the replies read (quickly where it applies)."""
         exchange = self._bell
-        workers = self.resources.workers
         if exchange is not None:
-            for worker in workers:
-                worker.last_chunk = None
+            workers = self.resources.workers
             exchange.announce(workers, command, payload, None, proto.dumps, framed=True)
             return self._decoded(exchange.gather(workers, timeout, what, stop_at_death))
         if self.max_active is not None:  # in turns: send() queues the frames
             self.send(command, payload, per_unit=None, encoded=True)
             return self._decoded(self.gather_all(timeout, what, stop_at_death))
-        write, pack = os.write, proto.HEADER.pack
         for worker in self._send_order():
             seq = worker.seq = worker.seq + 1
             worker.expected = seq
-            again = worker.last_chunk is payload
-            worker.last_chunk = payload
             try:
-                if again:
-                    write(worker.cmd_fd, pack(0, command, seq))
-                else:
-                    proto.write_frame(worker.cmd_fd, command, seq, payload)
+                proto.write_frame(worker.cmd_fd, command, seq, payload)
             except OSError:
                 pass  # as in send()
         return self._decoded(self.gather_all(timeout, what, stop_at_death))

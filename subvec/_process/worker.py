@@ -43,6 +43,7 @@ from subvec._commands import (
     ResetPayload,
     SetAttrPayload,
     Status,
+    StepEnvsPayload,
     UnitReply,
 )
 from subvec._compat import AutoresetMode
@@ -50,7 +51,7 @@ from subvec._infos import InfoBlockWriter, to_columns
 from subvec._process import wire as proto
 from subvec._process.block import bind_rows, slot_writers
 from subvec._process.bootstrap import Lifeline, adopt_registry, tie_to_parent
-from subvec._process.chunks import ChunkAttachment
+from subvec._process.chunks import ChunkAttachment, run_chunk
 from subvec._process.gpus import gpu_environment
 from subvec._process.shm import SharedBlock
 from subvec._process.starts import (
@@ -64,7 +65,7 @@ from subvec._process.threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._process.topology import Placement, apply_placement
 from subvec._process.wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
 from subvec._process.wire import AttachSpec, WorkerCounters, WorkerHello
-from subvec._slab import ChunkResult, EnvSlab, SlabResult, env_metadata
+from subvec._slab import EnvSlab, SlabResult, env_metadata
 
 __all__ = ["worker_main"]
 
@@ -402,13 +403,9 @@ class _Server:
             with maybe_token(gate):
                 result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
         elif command is Command.STEP_ENVS:
-            if not payload:  # the short form: the last chunk command again
-                return self._chunk_reply(self.chunks.run_again())
             some = proto.decode_step_envs(payload)
             if some.substeps > 1:
-                return self._chunk_reply(
-                    self.chunks.run(self.slab, some, self.obs_space, self.act_space)
-                )
+                return self._chunk(some)
             result = slab.step(some.envs, some.actions, some.action_dtypes)
             self.env_steps_some += len(slab.envs) if some.envs is None else len(some.envs)
             if self.info_block is not None:
@@ -456,9 +453,12 @@ class _Server:
             return Status.OK, b""
         return Status.OK_PAYLOAD, self._dump_result(result)
 
-    def _chunk_reply(self, done: ChunkResult) -> tuple[Status, bytes]:
-        """An action chunk's reply (its results are in the chunk block): the events, the
-        by-value observations and the envs that raised, if any."""
+    def _chunk(self, payload: StepEnvsPayload) -> tuple[Status, bytes]:
+        """An action chunk: K sub-steps of the envs, results in the chunk block; the reply
+        holds the events, the by-value observations and the envs that raised, if any."""
+        assert payload.block is not None
+        views = self.chunks.get(payload.block, self.obs_space, self.act_space)
+        done = run_chunk(self.slab, payload, views)
         self.env_steps_some += done.executed
         if done.is_empty():
             return Status.OK, b""
