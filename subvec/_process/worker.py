@@ -318,21 +318,13 @@ class _Server:
         bell, index = self.bell, self.index
         assert bell is not None
         commands = {int(c): c for c in Command}
-        write, pack, write_frame = os.write, proto.HEADER.pack, proto.write_frame
-        slab_step, step_reply, reply_fd = self.slab.step, self._step_reply, self.reply_fd
+        write_frame, reply_fd, handle = proto.write_frame, self.reply_fd, self.handle
         wait_command, answer, clock = bell.wait_command, bell.answer, time.perf_counter
-        # Bound once (ATTACH came before this loop and set them): on a CPU shared with many
-        # workers each lookup of the step costs several times what it does warm (decision 0036).
-        point_obs = self._point_obs_rows if self.obs_writers else None
         seen, spin_s, wait_estimate = self.bell_seen, self.spin_s, 0.0
         steps, busy_s, waiting_s = self.steps, self.busy_s, self.waiting_s
         replied_at = clock()
-        # A plain step's answer (its mark word), left to the next wait_command: the answer and
-        # the wait in one call into the protocol.
-        answered = 0
         while True:
-            word = wait_command(index, seen, spin_s if wait_estimate < spin_s else 0.0, answered)
-            answered = 0
+            word = wait_command(index, seen, spin_s if wait_estimate < spin_s else 0.0)
             seen = word
             started = clock()
             waiting_s += started - replied_at
@@ -341,20 +333,17 @@ class _Server:
             seq = word >> 8
             if word & 0xFF == STEP_KIND:
                 steps += 1
-                if point_obs is not None:
-                    point_obs()
-                status = MARK_PIPE
+                mark = MARK_PIPE
                 try:
-                    reply = step_reply(slab_step())
+                    status, reply = handle(_STEP, b"")
                 except Exception as exc:
                     self._reply_error(exc, _STEP, seq)
                 else:
                     if reply:
-                        write_frame(reply_fd, _OK_PAYLOAD, seq, reply)
+                        write_frame(reply_fd, status, seq, reply)
                     else:
-                        status = MARK_OK
-                # Marked by the next wait_command, its system call counted as waiting.
-                answered = (seq << 8) | status
+                        mark = MARK_OK
+                answer(index, seq, mark)
                 replied_at = clock()
                 busy_s += replied_at - started
                 continue
@@ -369,14 +358,11 @@ class _Server:
                 if command is _STEP:
                     steps += 1
                 try:
-                    status_code, out = self.handle(command, payload)
+                    status, reply = handle(command, payload)
                 except Exception as exc:
                     self._reply_error(exc, command, got)
                 else:
-                    if status_code is _OK and not out:
-                        write(reply_fd, pack(0, _OK, got))
-                    else:
-                        write_frame(reply_fd, status_code, got, out)
+                    write_frame(reply_fd, status, got, reply)
                 done = got == seq
                 if command is _CLOSE:
                     answer(index, seq, MARK_PIPE)
