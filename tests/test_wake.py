@@ -296,24 +296,6 @@ def test_ctrl_c_interrupts_the_wait(futex: None) -> None:
 
 
 @needs_futex
-def test_a_wait_can_mark_the_last_answer_first(bell: Bell) -> None:
-    """The steady step's answer rides on the next wait: marked and counted down (waking the
-    parent as ``answer`` does) before the worker sleeps."""
-    bell.ring(1)
-    parent, out = _start(bell.sleep, 1, 30.0)
-    _blocked_in_futex(parent)
-    worker, got = _start(bell.wait_command, 0, 0, 0.0, (4 << 8) | MARK_OK)
-    parent.join(5.0)
-    assert out["value"] is True and bell.remaining() == 0
-    assert bell.mark.tolist()[0] == (4 << 8) | MARK_OK
-    _blocked_in_futex(worker)  # then it waits for its next command
-    bell.cmd[0] = (5 << 8) | STEP_KIND
-    bell.ring(1)
-    worker.join(5.0)
-    assert got["value"] == (5 << 8) | STEP_KIND
-
-
-@needs_futex
 def test_a_cascade_stops_passing_on_once_nobody_sleeps(bell: Bell) -> None:
     """A wake-up that finds fewer sleepers than its fan-out drained the queue: it says so in
     the control words, and the workers woken after it pass nothing on."""
