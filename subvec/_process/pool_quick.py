@@ -24,7 +24,7 @@ from subvec._commands import Command, Status
 from subvec._process import wire as proto
 from subvec._process.pool_workers import PLAIN_OK, STATUSES, Gathered, PoolResources, Reply, Worker
 
-__all__ = ["PartnerRound", "PollRound", "Round", "build_round", "take_rest"]
+__all__ = ["PartnerRound", "PollRound", "Round", "build_round", "plain_or", "take_rest"]
 
 
 class Round(Protocol):
@@ -100,10 +100,7 @@ class PollRound:
     def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
         """See :class:`Round`."""
         pool = self.pool
-        replies, failures = pool.gather(pool.resources.workers, timeout, what, stop)
-        if failures or any(reply != PLAIN_OK for reply in replies.values()):
-            return replies, failures
-        return None
+        return plain_or(*pool.gather(pool.resources.workers, timeout, what, stop))
 
 
 class PartnerRound:
@@ -175,6 +172,13 @@ class PartnerRound:
         return None
 
 
+def plain_or(replies: dict[int, Reply], failures: list[Failure]) -> Gathered | None:
+    """None when every reply of a whole-pool wait is a plain OK, else what was gathered."""
+    if failures or any(reply != PLAIN_OK for reply in replies.values()):
+        return replies, failures
+    return None
+
+
 def take_rest(
     pool: WorkerPool,
     odd: Worker | None,
@@ -183,12 +187,13 @@ def take_rest(
     what: str,
     stop_at_death: bool,
     deadline: float | None,
-) -> Gathered:
+) -> Gathered | None:
     """The quick read's way out. ``odd`` (None when not every reply was in) sent ``head``,
     which is not a plain OK; the workers before it answered plain OKs. Every reply being
     in, the ones from ``odd`` on are read and parsed here (infos from every env each step
     are common: MuJoCo, Atari); a death, a stale frame or a reply still to come is left
-    to ``gather``, within the same deadline."""
+    to ``gather``, within the same deadline. None when every reply was a plain OK after all
+    (the others came in while the partner's was read)."""
     replies: dict[int, Reply] = {}
     workers = pool.resources.workers
     if odd is not None:
@@ -215,4 +220,4 @@ def take_rest(
     if rest:
         more, failures = pool.gather(rest, timeout, what, stop_at_death, deadline=deadline)
         replies.update(more)
-    return replies, failures
+    return plain_or(replies, failures)
