@@ -16,7 +16,6 @@ from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError
 
 from subvec import EnvError, SubprocVectorEnv, WorkerDiedError
-from subvec._commands import Command, Status
 from subvec._compat import AutoresetMode
 from subvec._process import wake as _wake
 from subvec._process.shm import list_segments
@@ -136,48 +135,6 @@ def test_chunks_of_one_kind_in_a_row_each_run_their_own_actions(vectoriser: str)
             got = envs.step_chunk(actions, stop_on_done=stop, all_obs=all_obs)
             expected = oracle.chunk(actions, chunk, stop)
             check_chunk(expected, chunk, *got, all_obs=all_obs, where=f"chunk {t} (K={chunk})")
-
-
-@pytest.mark.parametrize("spin_us", [None, 0.0], ids=["partner", "no_partner"])
-def test_a_repeated_chunk_goes_as_the_short_form(spin_us: float | None) -> None:
-    """The same chunk command again is a STEP_ENVS with no payload, which the worker runs
-    as its last chunk with the new actions; any other STEP_ENVS on the way makes the next
-    chunk a whole frame again, and a short form with no chunk before it is refused."""
-    fns = [_cartpole] * 4
-    mode = AutoresetMode.NEXT_STEP
-    oracle = Oracle(fns, mode)
-    with SubprocVectorEnv(fns, num_workers=2, spin_us=spin_us) as envs:
-        pool = envs._pool  # type: ignore[attr-defined]
-        envs.reset(seed=5)
-        oracle.reset(5)
-
-        def chunk(t: int) -> None:
-            actions = sample_chunks(envs.single_action_space, 4, 8, seed=t)
-            got = envs.step_chunk(actions)
-            check_chunk(oracle.chunk(actions, 8, False), 8, *got, where=f"chunk {t}")
-
-        chunk(0)
-        sent = [w.last_chunk for w in pool.workers]
-        assert all(sent)
-        chunk(1)  # the short form: the same payload still stands for the last frame
-        assert [w.last_chunk for w in pool.workers] == sent
-        envs.send(np.zeros(4, dtype=np.int64), env_ids=np.arange(4))  # one sub-step
-        envs.drain()
-        assert [w.last_chunk for w in pool.workers] == [None, None]
-        oracle.step(np.zeros(4, dtype=np.int64))
-        chunk(2)
-        chunk(3)
-
-    with SubprocVectorEnv(fns, num_workers=2, spin_us=spin_us) as envs:
-        pool = envs._pool  # type: ignore[attr-defined]
-        envs.reset(seed=0)
-        pool.send(Command.STEP_ENVS, b"", encoded=True)
-        collected = pool.collect(10.0, "a repeated chunk")
-        assert collected is not None
-        for status, error in collected.outcomes.values():
-            assert status is Status.ERROR
-            assert "no chunk" in str(error)
-        envs.step(np.zeros(4, dtype=np.int64))  # still usable
 
 
 def test_infos_gain_the_chunk_axis() -> None:

@@ -12,10 +12,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
 from subvec import SubprocVectorEnv
+from subvec._commands import Command, Status
 from subvec._process import wake as _wake
 from subvec._process.plan import plan_layout
 from subvec._process.shm import BlockLayout
@@ -296,24 +298,6 @@ def test_ctrl_c_interrupts_the_wait(futex: None) -> None:
 
 
 @needs_futex
-def test_a_wait_can_mark_the_last_answer_first(bell: Bell) -> None:
-    """The steady step's answer rides on the next wait: marked and counted down (waking the
-    parent as ``answer`` does) before the worker sleeps."""
-    bell.ring(1)
-    parent, out = _start(bell.sleep, 1, 30.0)
-    _blocked_in_futex(parent)
-    worker, got = _start(bell.wait_command, 0, 0, 0.0, (4 << 8) | MARK_OK)
-    parent.join(5.0)
-    assert out["value"] is True and bell.remaining() == 0
-    assert bell.mark.tolist()[0] == (4 << 8) | MARK_OK
-    _blocked_in_futex(worker)  # then it waits for its next command
-    bell.cmd[0] = (5 << 8) | STEP_KIND
-    bell.ring(1)
-    worker.join(5.0)
-    assert got["value"] == (5 << 8) | STEP_KIND
-
-
-@needs_futex
 def test_a_cascade_stops_passing_on_once_nobody_sleeps(bell: Bell) -> None:
     """A wake-up that finds fewer sleepers than its fan-out drained the queue: it says so in
     the control words, and the workers woken after it pass nothing on."""
@@ -331,3 +315,37 @@ def test_a_cascade_stops_passing_on_once_nobody_sleeps(bell: Bell) -> None:
     assert int(bell.words[_wake._DRAINED]) == int(bell.words[_wake._GEN])
     for w in workers:
         w.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "wake", "kind"),
+    [
+        ({}, "pipes", "PartnerRound"),
+        ({"spin_us": 50.0}, "pipes", "PollRound"),
+        ({"spin_us": 0.0}, "pipes", "PollRound"),
+        ({}, "futex", "BellExchange"),
+    ],
+    ids=["partner", "spinning", "no_partner", "futex"],
+)
+def test_every_way_of_waiting_says_none_for_plain_answers(
+    kwargs: dict[str, Any], wake: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One round-trip object per way of waiting, bound once for the workers, and every one
+    returns None when each answer was a plain OK (the front's short result path), the
+    spinning layout's included; an answer with a payload comes back decoded."""
+    if wake == "futex" and not _wake.available():
+        pytest.skip("no shared futexes here")
+    monkeypatch.setenv(_wake.ENV_VAR, wake)
+    fns = [lambda: gym.make("CartPole-v1")] * 4
+    with SubprocVectorEnv(fns, num_workers=2, **kwargs) as envs:
+        envs.reset(seed=0)
+        pool = envs._pool  # type: ignore[attr-defined]
+        assert pool.exchange(Command.STEP, 10.0, "stepping") is None
+        bound = pool._round
+        assert type(bound).__name__ == kind
+        assert pool.exchange(Command.STEP, 10.0, "stepping") is None
+        assert pool._round is bound
+        pool.send(Command.STATS)
+        collected = pool.collect(10.0, "reporting stats")
+        assert collected is not None
+        assert {status for status, _ in collected.outcomes.values()} == {Status.OK_PAYLOAD}

@@ -119,30 +119,6 @@ class ChunkStepper:
             return None, leaves[0][:, 0]
         return None, _spaces.build_views(self.single_action_space, (f[:, 0] for f in leaves))
 
-    def kept(self, actions: Any, stop_on_done: bool, all_obs: bool) -> _Steady | None:
-        """The last chunk's load when ``actions`` is a chunk of the same kind, in the usual
-        form: an ndarray of the same shape and dtype, with the same ``stop_on_done`` and
-        ``all_obs`` (nothing to check: the last one was). None otherwise; nothing is stored
-        here (:meth:`reload` stores them)."""
-        steady = self._steady
-        if (
-            steady is None
-            or type(actions) is not np.ndarray
-            or actions.shape != steady.shape
-            or actions.dtype != steady.dtype
-            or stop_on_done != steady.stop_on_done
-            or all_obs != steady.all_obs
-        ):
-            return None
-        return steady
-
-    def reload(self, steady: _Steady, actions: np.ndarray) -> tuple[ChunkBlock, PerUnit, bool]:
-        """:meth:`load` of a chunk :meth:`kept` matched: the same arrays and commands, its
-        progress counts zeroed and its actions stored."""
-        steady.steps.fill(0)
-        np.copyto(steady.target, actions)
-        return steady.views, steady.per_unit, True
-
     def load(
         self, batch: _spaces.ChunkBatch, stop_on_done: bool, all_obs: bool
     ) -> tuple[ChunkBlock, PerUnit, bool]:
@@ -155,6 +131,16 @@ class ChunkStepper:
         """
         chunk = batch.chunk
         leaves = batch.leaves
+        steady = self._steady
+        if (
+            steady is not None
+            and len(leaves) == 1
+            and steady.key == (chunk, stop_on_done, all_obs, leaves[0].dtype, self.rooms)
+        ):
+            # The same kind of chunk as the last: the same arrays and commands.
+            steady.steps.fill(0)
+            np.copyto(steady.target, leaves[0])
+            return steady.views, steady.per_unit, True
         # No array of the chunk block is kept while the rooms may replace it.
         self._steady = None
         views = self.rooms.room(chunk, all_obs)
@@ -183,10 +169,9 @@ class ChunkStepper:
             rows = batch.rows(unit.lo, unit.hi).leaves
             return StepEnvsPayload(range(size), rows, chunk, stop_on_done, all_obs, spec)
 
-        if in_block and len(leaves) == 1 and type(leaves[0]) is np.ndarray:
-            self._steady = _Steady(
-                leaves[0], stop_on_done, all_obs, views, views.actions(chunk)[0], per_unit
-            )
+        if in_block and len(leaves) == 1:
+            key = (chunk, stop_on_done, all_obs, leaves[0].dtype, self.rooms)
+            self._steady = _Steady(key, views, views.actions(chunk)[0], per_unit)
         return views, per_unit, in_block
 
     def one_step(self, results: ChunkResults, all_obs: bool) -> ChunkResults:
@@ -348,34 +333,16 @@ class ChunkStepper:
 
 class _Steady:
     """The load of a usual chunk (one action leaf, stored in the chunk block), kept for the
-    next chunk of the same shape, dtype, ``stop_on_done`` and ``all_obs``: the rooms hand
-    out the same arrays for it, and the units get the same commands (the backend may keep
-    their bytes: ``per_unit`` gives the same objects)."""
+    next chunk of the same K, ``stop_on_done``, ``all_obs``, actions' dtype and rooms: the
+    rooms hand out the same arrays for it, and the units get the same commands (the backend
+    may keep their bytes: ``per_unit`` gives the same objects)."""
 
-    __slots__ = (
-        "all_obs",
-        "dtype",
-        "per_unit",
-        "shape",
-        "steps",
-        "stop_on_done",
-        "target",
-        "views",
-    )
+    __slots__ = ("key", "per_unit", "steps", "target", "views")
 
     def __init__(
-        self,
-        actions: np.ndarray,
-        stop_on_done: bool,
-        all_obs: bool,
-        views: ChunkBlock,
-        target: np.ndarray,
-        per_unit: PerUnit,
+        self, key: tuple[Any, ...], views: ChunkBlock, target: np.ndarray, per_unit: PerUnit
     ) -> None:
-        self.shape = actions.shape
-        self.dtype = actions.dtype
-        self.stop_on_done = stop_on_done
-        self.all_obs = all_obs
+        self.key = key
         self.views = views
         self.steps = views.steps
         self.target = target

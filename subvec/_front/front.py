@@ -765,20 +765,14 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
                     "(recycling counts episodes one step at a time); use step()"
                 )
         chunks = self._chunks
-        steady = chunks.kept(actions, stop_on_done, all_obs)
-        if steady is not None:  # the same kind of chunk as the last: checked already
-            self._begin_step(_State.WAITING_CHUNK)
-            chunk = steady.shape[1]
-            views, per_unit, same = chunks.reload(steady, actions)
-        else:
-            batch, one = chunks.check(actions, all_obs)
-            if batch is None:
-                # One sub-step is one step(): the backends' quickest round trip, one command
-                # per unit all the same.
-                return chunks.one_step(self.step(one), all_obs)
-            self._begin_step(_State.WAITING_CHUNK)
-            chunk = batch.chunk
-            views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
+        batch, one = chunks.check(actions, all_obs)
+        if batch is None:
+            # One sub-step is one step(): the backends' quickest round trip, one command per
+            # unit all the same.
+            return chunks.one_step(self.step(one), all_obs)
+        self._begin_step(_State.WAITING_CHUNK)
+        chunk = batch.chunk
+        views, per_unit, same = chunks.load(batch, stop_on_done, all_obs)
         self._exchange.prepare_step()
         try:
             parts = self._chunk_exchange(per_unit) if same else None
@@ -799,7 +793,7 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
         except BaseException:
             # Not kept in this frame: a traceback the caller keeps (an env's error) would hold
             # the chunk's arrays, and through them the chunk block, mapped after close().
-            del views, steady
+            del views
             raise
 
     def _chunk_exchange(self, per_unit: PerUnit) -> list[Part] | None:

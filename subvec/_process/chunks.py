@@ -27,17 +27,15 @@ the sub-step at which each of its envs was lost.
 A chunk is the step command of the front's core with K sub-steps (``StepEnvsPayload`` with
 ``substeps`` = K, addressing every env of the unit). The actions go to the ``c_act<k>``
 regions when every leaf of the batch is in the space's dtype (the usual case), and the command
-is then a few bytes, the same for every unit of a size (the same kind of chunk again is a
-STEP_ENVS with no payload: the unit runs its last chunk again, :class:`ChunkAttachment`); a
-batch in other dtypes travels in the command instead (the unit's rows, one array per leaf,
-kept in the caller's dtype, as ``step()`` hands them over). Measured on CartPole x 4 (2
+is then a few bytes, the same for every unit of a size; a batch in other dtypes travels in
+the command instead (the unit's rows, one array per leaf, kept in the caller's dtype, as
+``step()`` hands them over). Measured on CartPole x 4 (2
 workers): ~11 us of pickling per worker per chunk with the arrays in the command, ~2.5 us
 without.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -56,7 +54,6 @@ __all__ = [
     "ChunkViews",
     "capacity_for",
     "plan_chunk_block",
-    "prepare_chunk",
     "run_chunk",
     "scalar_rows",
 ]
@@ -304,52 +301,12 @@ class BlockRooms:
 
 
 class ChunkAttachment:
-    """A unit's mapping of the chunk block named in its last chunk command (the parent
-    replaces the block when a chunk needs more room, and the next command names the new one),
-    and that chunk ready to run again: a worker whose next chunk is the same command gets
-    the short form, a STEP_ENVS with no payload (:meth:`run_again`)."""
+    """A unit's mapping of the chunk block named in its last chunk command: the parent
+    replaces the block when a chunk needs more room, and the next command names the new one."""
 
     def __init__(self) -> None:
         self.block: SharedBlock | None = None
         self.views: ChunkViews | None = None
-        #: the last chunk command's run, its actions in the block (None: none to repeat)
-        self.last: Callable[[], ChunkResult] | None = None
-
-    def run(
-        self,
-        slab: EnvSlab,
-        payload: StepEnvsPayload,
-        observation_space: Space[Any] | None,
-        action_space: Space[Any] | None,
-    ) -> ChunkResult:
-        """Run the chunk ``payload`` describes on ``slab`` (its block attached if new, see
-        :meth:`get`), and keep it for :meth:`run_again` when its actions are in the block.
-
-        Raises:
-            Exception: what an env raised (see ``EnvSlab.step_chunk``), or the block could not
-                be attached.
-        """
-        self.last = None  # whatever fails below, a repeat must not run an older chunk
-        assert payload.block is not None
-        views = self.get(payload.block, observation_space, action_space)
-        run = prepare_chunk(slab, payload, views)
-        if payload.actions is None:  # by value, the actions are this command's only
-            self.last = run
-        return run()
-
-    def run_again(self) -> ChunkResult:
-        """Run the last chunk command again (its new actions are in the same rows).
-
-        Raises:
-            ValueError: there is no chunk to repeat (the parent only repeats one it sent).
-            Exception: what an env raised.
-        """
-        if self.last is None:
-            raise ValueError(
-                "a repeated chunk command, but no chunk with its actions in the "
-                "block came before it"
-            )
-        return self.last()
 
     def get(
         self,
@@ -383,7 +340,7 @@ class ChunkAttachment:
             self.views = views
 
     def close(self) -> None:
-        block, self.block, self.views, self.last = self.block, None, None, None
+        block, self.block, self.views = self.block, None, None
         if block is not None:
             block.close()
 
@@ -395,15 +352,6 @@ def run_chunk(slab: EnvSlab, payload: StepEnvsPayload, views: ChunkViews) -> Chu
     Raises:
         Exception: what an env raised (see ``EnvSlab.step_chunk``).
     """
-    return prepare_chunk(slab, payload, views)()
-
-
-def prepare_chunk(
-    slab: EnvSlab, payload: StepEnvsPayload, views: ChunkViews
-) -> Callable[[], ChunkResult]:
-    """:func:`run_chunk` as a call with everything looked up (the rows, the actions' reader),
-    to run now and, with the actions in the block, again for the next chunk of the same
-    command (its actions in the same rows)."""
     lo = slab.first_index
     hi = lo + len(slab.envs)
     chunk = payload.substeps
@@ -418,8 +366,7 @@ def prepare_chunk(
         env_actions = scalar_rows(space, leaves)
     envs = payload.envs
     assert envs is not None  # a chunk names its envs
-    return functools.partial(
-        slab.step_chunk,
+    return slab.step_chunk(
         out,
         read,
         chunk,

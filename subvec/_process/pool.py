@@ -16,7 +16,6 @@ commands and waits for their replies on the pipes.
 
 from __future__ import annotations
 
-import os
 import select
 import time
 from collections import deque
@@ -39,7 +38,7 @@ from subvec._process import wire as proto
 from subvec._process.bootstrap import lifeline_for, start
 from subvec._process.gpus import WorkerEnvSpec, worker_environment
 from subvec._process.pool_bell import BellExchange
-from subvec._process.pool_quick import Quick, build_quick
+from subvec._process.pool_quick import Round, build_round
 from subvec._process.pool_workers import (
     DEAD,
     PLAIN_OK,
@@ -151,7 +150,9 @@ class WorkerPool:
         self.wait_first = partner
         self.late_spin_s = late_spin_s
         self._first_poller: tuple[Worker, select.poll] | None = None
-        self._quick: Quick | None = None
+        #: the per-step round trip over every worker (``_process.pool_quick``), kept until
+        #: the workers or the kept poll objects change
+        self._round: Round | None = None
         #: the pickled ATTACH command, kept to attach a replacement worker
         self._attach_payload = b""
         self.max_active = max_active
@@ -161,7 +162,7 @@ class WorkerPool:
 
     def _forget_workers(self) -> None:
         """Drop what is kept per set of workers (after a start or a replacement)."""
-        self._poller = self._first_poller = self._quick = None
+        self._poller = self._first_poller = self._round = None
         if self._bell is not None:
             self._bell.forget_workers()
 
@@ -296,11 +297,8 @@ class WorkerPool:
         ``payload`` or ``per_unit(worker)``, pickled (cloudpickle for calls: their arguments
         may be lambdas); ``encoded``: ``payload`` is the bytes already."""
         targets = self._send_order() if units is None else self._partner_last(units)
-        if command is Command.STEP_ENVS:
-            for worker in targets:  # its last chunk is no longer the one to repeat
-                worker.last_chunk = None
-            if per_unit is None and _is_short_step(payload):
-                command, payload = Command.STEP, None  # its 9-byte frame (or the bell's word)
+        if command is Command.STEP_ENVS and per_unit is None and _is_short_step(payload):
+            command, payload = Command.STEP, None  # its 9-byte frame (or the bell's word)
         dump: Callable[[Any], bytes] = proto.dumps
         if command in _CLOUDPICKLED:
             dump = pickling.dumps
@@ -406,7 +404,7 @@ class WorkerPool:
                     if is_reply and read_reply(worker) is STALE:
                         continue
                     poller.unregister(fd)  # dead: it would fire on every poll
-                    self._poller = self._quick = None
+                    self._poller = self._round = None
                     continue
                 reply = read_reply(worker) if is_reply else drain(worker)
                 if reply is STALE:
@@ -417,7 +415,7 @@ class WorkerPool:
                     # Its sentinel stays readable: out of the kept object, rebuilt next time.
                     for done in (worker.reply_fd, worker.process.sentinel):
                         poller.unregister(done)
-                    self._poller = self._quick = None
+                    self._poller = self._round = None
                     failures.append(death(worker, what))
                 else:
                     assert isinstance(reply, tuple)
@@ -481,17 +479,7 @@ class WorkerPool:
         self, command: Command, timeout: float | None, what: str, stop_at_death: bool = False
     ) -> Collected | None:
         """``send(command)`` then ``collect(...)``: the per-step round trip."""
-        exchange = self._bell
-        if exchange is not None:
-            workers = self.resources.workers
-            exchange.announce(workers, command, b"", None, proto.dumps)
-            return self._decoded(exchange.gather(workers, timeout, what, stop_at_death))
-        quick = self._quick or self._build_quick()
-        if quick is None:
-            self.send(command)
-            return self._decoded(self.gather_all(timeout, what, stop_at_death))
-        gathered = quick[0](command, timeout, what, stop_at_death)
-        return None if gathered is None else self._decoded(gathered)
+        return self.exchange_frame(command, b"", timeout, what, stop_at_death)
 
     def exchange_frame(
         self,
@@ -501,54 +489,27 @@ class WorkerPool:
         what: str,
         stop_at_death: bool = False,
     ) -> Collected | None:
-        """:meth:`exchange` of an action chunk's STEP_ENVS ``payload``, the same for every
-        worker (its actions in the chunk block): framed in send order, the partner last, then
-        the replies read (quickly where it applies). A worker whose last chunk frame was
-        this ``payload`` (the same object) gets the short form, the 9-byte header of an empty
-        payload, and runs its last chunk again (``_process.chunks.ChunkAttachment``)."""
-        exchange = self._bell
-        workers = self.resources.workers
-        if exchange is not None:
-            for worker in workers:
-                worker.last_chunk = None
-            exchange.announce(workers, command, payload, None, proto.dumps, framed=True)
-            return self._decoded(exchange.gather(workers, timeout, what, stop_at_death))
-        if self.max_active is not None:  # in turns: send() queues the frames
-            self.send(command, payload, per_unit=None, encoded=True)
-            return self._decoded(self.gather_all(timeout, what, stop_at_death))
-        write, pack = os.write, proto.HEADER.pack
-        for worker in self._send_order():
-            seq = worker.seq = worker.seq + 1
-            worker.expected = seq
-            again = worker.last_chunk is payload
-            worker.last_chunk = payload
-            try:
-                if again:
-                    write(worker.cmd_fd, pack(0, command, seq))
-                else:
-                    proto.write_frame(worker.cmd_fd, command, seq, payload)
-            except OSError:
-                pass  # as in send()
-        return self._decoded(self.gather_all(timeout, what, stop_at_death))
+        """:meth:`exchange` with the same ``payload`` for every worker (an action chunk's
+        command, its actions in the chunk block): framed in send order, the partner last,
+        then the replies read (quickly where it applies)."""
+        gathered = (self._round or self._bind_round()).exchange(
+            command, payload, timeout, what, stop_at_death
+        )
+        return None if gathered is None else self._decoded(gathered)
 
     def gather_all(
         self, timeout: float | None, what: str, stop_at_death: bool = False
     ) -> Gathered | None:
         """``gather`` over the whole pool. Returns None when every worker answered with a
         plain OK (nothing to decode: the usual cheap step)."""
-        exchange = self._bell
-        if exchange is not None:
-            workers = self.resources.workers
-            return exchange.gather(workers, timeout, what, stop_at_death)
-        quick = self._quick or self._build_quick()
-        if quick is None:
-            return self.gather(self.resources.workers, timeout, what, stop_at_death)
-        return quick[1](timeout, what, stop_at_death)
+        return (self._round or self._bind_round()).gather_all(timeout, what, stop_at_death)
 
-    def _build_quick(self) -> Quick | None:
-        """The per-step round trip (``_process.pool_quick``), kept until the workers change."""
-        self._quick = build_quick(self)
-        return self._quick
+    def _bind_round(self) -> Round:
+        """The per-step round trip for the workers as they are: the futex protocol's once
+        they attached with it, else the pipes' (``_process.pool_quick.build_round``)."""
+        bound: Round = self._bell or build_round(self)
+        self._round = bound
+        return bound
 
     def gather(
         self,
@@ -653,7 +614,7 @@ class WorkerPool:
                         poller.unregister(fd)
                         by_fd_live.discard(fd)
                     if kept:
-                        self._poller = self._quick = None
+                        self._poller = self._round = None
                     continue
                 reply = read_reply(worker) if is_reply else drain(worker)
                 if reply is STALE:
@@ -667,7 +628,7 @@ class WorkerPool:
                     failures.append(death(worker, what))
                     if kept:
                         # its sentinel stays readable from now on
-                        self._poller = self._quick = None
+                        self._poller = self._round = None
                     if stop_at_death:
                         self._queued.clear()
                         return replies, failures

@@ -1,34 +1,50 @@
-"""The pipes' per-step round trip for a pool with a partner: the commands written in send
-order, one sleep until the partner answers, and the replies read as bytes when every one is a
-plain OK (docs/decisions/0009-steady-state-step-path.md). Anything else goes on through the
-pool's ``gather``.
+"""The pool's per-step round trip over every worker, one object per way of waiting, chosen once
+for a set of workers (:func:`build_round`; the futex protocol's is ``pool_bell.BellExchange``):
+
+- :class:`PartnerRound`: the pipes with a partner: the commands written in send order, one
+  sleep until the partner answers, and the replies read as bytes when every one is a plain OK
+  (docs/decisions/0009-steady-state-step-path.md);
+- :class:`PollRound`: the pipes otherwise (the parent busy-polls, no partner, or turns): the
+  pool's ``send`` and ``gather``.
+
+Each returns None when every worker answered a plain OK (nothing to decode: the usual step),
+whatever the way of waiting. Anything else goes on through the pool's ``gather``.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import select
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from subvec._backend import Failure
 from subvec._commands import Command, Status
 from subvec._process import wire as proto
 from subvec._process.pool_workers import PLAIN_OK, STATUSES, Gathered, PoolResources, Reply, Worker
 
-__all__ = ["Quick", "build_quick", "take_rest"]
+__all__ = ["PartnerRound", "PollRound", "Round", "build_round", "plain_or", "take_rest"]
 
-#: (round_trip(command, timeout, what, stop_at_death), take(timeout, what, stop_at_death))
-Quick = tuple[
-    Callable[[Command, "float | None", str, bool], "Gathered | None"],
-    Callable[["float | None", str, bool], "Gathered | None"],
-]
+
+class Round(Protocol):
+    """The per-step round trip of a pool over every worker."""
+
+    def exchange(
+        self, command: Command, payload: bytes, timeout: float | None, what: str, stop: bool
+    ) -> Gathered | None:
+        """Send ``command`` with ``payload`` (bytes, the same for every worker) to every
+        worker and wait for their replies (``stop``: the first death ends the wait). Returns
+        None when every one answered a plain OK."""
+        ...
+
+    def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
+        """Wait for every worker's awaited reply; None when every one was a plain OK."""
+        ...
 
 
 class WorkerPool(Protocol):
-    """What the quick round trip reads of its pool (``_process.pool.WorkerPool``), named here so
+    """What the round trips read of their pool (``_process.pool.WorkerPool``), named here so
     that this module does not import the pool's."""
 
     resources: PoolResources
@@ -42,6 +58,8 @@ class WorkerPool(Protocol):
 
     def _full_poller(self) -> tuple[select.poll, dict[int, tuple[Worker, bool]]]: ...
 
+    def send(self, command: Command, payload: Any = None, *, encoded: bool = False) -> None: ...
+
     def gather(
         self,
         workers: Sequence[Worker],
@@ -53,10 +71,41 @@ class WorkerPool(Protocol):
     ) -> tuple[dict[int, Reply], list[Failure]]: ...
 
 
-def build_quick(pool: WorkerPool) -> Quick | None:
-    """The per-step round trip as two closures over what it needs, kept until the workers
-    change (``_forget_workers``), or None when it does not apply: the parent busy-polls,
-    or there is no partner.
+def build_round(pool: WorkerPool) -> Round:
+    """The pipes' round trip for ``pool``'s workers as they are now: :class:`PartnerRound`
+    where it applies (a partner, the parent blocks, no turns), :class:`PollRound` otherwise."""
+    if pool.spin_s or pool.wait_first is None or pool.max_active is not None:
+        return PollRound(pool)
+    return PartnerRound(pool)
+
+
+class PollRound:
+    """The pipes' round trip through the pool's ``send`` and ``gather`` (which busy-polls
+    first when the pool spins, and takes turns with ``max_active``).
+
+    Args:
+        pool: the pool whose workers it serves.
+    """
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+
+    def exchange(
+        self, command: Command, payload: bytes, timeout: float | None, what: str, stop: bool
+    ) -> Gathered | None:
+        """See :class:`Round`."""
+        self.pool.send(command, payload, encoded=True)
+        return self.gather_all(timeout, what, stop)
+
+    def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
+        """See :class:`Round`."""
+        pool = self.pool
+        return plain_or(*pool.gather(pool.resources.workers, timeout, what, stop))
+
+
+class PartnerRound:
+    """The pipes' round trip with a partner, kept until the workers change (the pool's
+    ``_forget_workers``) or its poll objects do.
 
     The parent sends the partner its command last and sleeps until the partner (the
     worker on its CPU, or the only worker) answers or anyone dies; the others have
@@ -64,56 +113,70 @@ def build_quick(pool: WorkerPool) -> Quick | None:
     and nothing else, each reply header is read and compared, as bytes, with the plain OK
     it should be. On a cheap env the parent shares its CPU with the partner, so every
     call and attribute lookup here is paid twice: in time, and in the caches and branch
-    history the partner finds cold after us (docs/decisions/0009-steady-state-step-path.md:
-    these closures against the same steps as methods). Anything else (a reply still to come,
-    a payload, an error, a death, a stale or broken frame) goes on through ``gather``
-    for the workers still awaited, within the same deadline (:func:`take_rest`).
+    history the partner finds cold after us (docs/decisions/0009-steady-state-step-path.md).
+    Anything else (a reply still to come, a payload, an error, a death, a stale or broken
+    frame) goes on through ``gather`` for the workers still awaited, within the same
+    deadline (:func:`take_rest`).
+
+    Args:
+        pool: the pool whose workers it serves.
     """
-    workers = list(pool.resources.workers)
-    first = pool.wait_first
-    if pool.spin_s or first is None or pool.max_active is not None:
-        return None
-    order = pool._send_order()
-    partner_poll = pool._partner_poller(workers[first]).poll
-    poller, by_fd = pool._full_poller()
-    full_poll = poller.poll
-    # What the full poll returns when every reply is in and nothing else happened (poll
-    # lists fds in registration order; any other order only costs the slower path).
-    all_ready = [(fd, select.POLLIN) for fd, (_, is_reply) in by_fd.items() if is_reply]
-    read, write, pack, size = os.read, os.write, proto.HEADER.pack, proto.HEADER.size
-    monotonic, ok, rest = time.monotonic, Status.OK, functools.partial(take_rest, pool)
 
-    def take(timeout: float | None, what: str, stop_at_death: bool) -> Gathered | None:
-        if timeout is None:
-            deadline = None
-            events = partner_poll(-1)
-        else:
-            deadline = monotonic() + timeout
-            events = partner_poll(int(timeout * 1000) + 1)
-        # With one worker, the partner's own events already say it all (one system call
-        # less per step on one CPU); otherwise the full poll shows the others.
-        if events != all_ready and full_poll(0) != all_ready:
-            return rest(None, b"", timeout, what, stop_at_death, deadline)
-        for w in workers:
-            head = read(w.reply_fd, size)
-            if head != pack(0, ok, w.expected):
-                return rest(w, head, timeout, what, stop_at_death, deadline)
-            w.expected = None
-        return None
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+        self.workers = list(pool.resources.workers)
+        self.order = pool._send_order()
+        self.partner_poll = pool._partner_poller(self.workers[pool.wait_first or 0]).poll
+        poller, by_fd = pool._full_poller()
+        self.full_poll = poller.poll
+        # What the full poll returns when every reply is in and nothing else happened (poll
+        # lists fds in registration order; any other order only costs the slower path).
+        self.all_ready = [(fd, select.POLLIN) for fd, (_, is_reply) in by_fd.items() if is_reply]
 
-    def round_trip(
-        command: Command, timeout: float | None, what: str, stop_at_death: bool
+    def exchange(
+        self, command: Command, payload: bytes, timeout: float | None, what: str, stop: bool
     ) -> Gathered | None:
-        for w in order:
+        """See :class:`Round`."""
+        write, pack = os.write, proto.HEADER.pack
+        for w in self.order:
             seq = w.seq = w.seq + 1
             w.expected = seq
             try:
-                write(w.cmd_fd, pack(0, command, seq))
+                if payload:
+                    proto.write_frame(w.cmd_fd, command, seq, payload)
+                else:
+                    write(w.cmd_fd, pack(0, command, seq))
             except OSError:
-                pass  # as in send()
-        return take(timeout, what, stop_at_death)
+                pass  # EPIPE: as in the pool's send_to
+        return self.gather_all(timeout, what, stop)
 
-    return round_trip, take
+    def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
+        """See :class:`Round`."""
+        if timeout is None:
+            deadline = None
+            events = self.partner_poll(-1)
+        else:
+            deadline = time.monotonic() + timeout
+            events = self.partner_poll(int(timeout * 1000) + 1)
+        # With one worker, the partner's own events already say it all (one system call
+        # less per step on one CPU); otherwise the full poll shows the others.
+        all_ready = self.all_ready
+        if events != all_ready and self.full_poll(0) != all_ready:
+            return take_rest(self.pool, None, b"", timeout, what, stop, deadline)
+        read, pack, size, ok = os.read, proto.HEADER.pack, proto.HEADER.size, Status.OK
+        for w in self.workers:
+            head = read(w.reply_fd, size)
+            if head != pack(0, ok, w.expected):
+                return take_rest(self.pool, w, head, timeout, what, stop, deadline)
+            w.expected = None
+        return None
+
+
+def plain_or(replies: dict[int, Reply], failures: list[Failure]) -> Gathered | None:
+    """None when every reply of a whole-pool wait is a plain OK, else what was gathered."""
+    if failures or any(reply != PLAIN_OK for reply in replies.values()):
+        return replies, failures
+    return None
 
 
 def take_rest(
@@ -124,12 +187,13 @@ def take_rest(
     what: str,
     stop_at_death: bool,
     deadline: float | None,
-) -> Gathered:
+) -> Gathered | None:
     """The quick read's way out. ``odd`` (None when not every reply was in) sent ``head``,
     which is not a plain OK; the workers before it answered plain OKs. Every reply being
     in, the ones from ``odd`` on are read and parsed here (infos from every env each step
     are common: MuJoCo, Atari); a death, a stale frame or a reply still to come is left
-    to ``gather``, within the same deadline."""
+    to ``gather``, within the same deadline. None when every reply was a plain OK after all
+    (the others came in while the partner's was read)."""
     replies: dict[int, Reply] = {}
     workers = pool.resources.workers
     if odd is not None:
@@ -156,4 +220,4 @@ def take_rest(
     if rest:
         more, failures = pool.gather(rest, timeout, what, stop_at_death, deadline=deadline)
         replies.update(more)
-    return replies, failures
+    return plain_or(replies, failures)

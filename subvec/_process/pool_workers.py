@@ -70,9 +70,6 @@ class Worker:
     pid: int | None = None
     #: attached with the futex protocol: its commands are announced in the block (``_process.wake``)
     on_bell: bool = False
-    #: the payload of the last chunk frame on its pipe when the parent may repeat it with the
-    #: short form (``WorkerPool.exchange_frame``); None after any other STEP_ENVS
-    last_chunk: bytes | None = None
 
     def __post_init__(self) -> None:
         self.cmd_fd = self.cmd_conn.fileno()

@@ -318,29 +318,11 @@ class Bell:
 
     # --- worker ----------------------------------------------------------------------------
 
-    def wait_command(self, index: int, seen: int, spin_s: float, answer: int = 0) -> int:
+    def wait_command(self, index: int, seen: int, spin_s: float) -> int:
         """Block until worker ``index``'s command word differs from ``seen``; return it.
         Busy-looks at it for up to ``spin_s`` first (without a system call). Woken in a
-        cascade, passes the wake-up on first (once per generation).
-
-        ``answer``: first mark it (``seq << 8 | status``, see :meth:`answer`) and count it
-        down: the steady step's answer and next wait in one Python call. A worker's CPU per
-        step is mostly cold-cache Python on a machine with more workers than cores, where each
-        call and attribute lookup counts (decision 0036)."""
+        cascade, passes the wake-up on first (once per generation)."""
         cmd, words, fn, number = self._cmd_mv, self._words_mv, self._bare, self._c_number
-        if answer:
-            self._mark_mv[index] = answer
-            level = words[_LEVEL]
-            op = self._c_wake_at_last if level == 0 else ctypes.c_long(_wake_op_code(level))
-            fn(
-                number,
-                self._c_nobody,
-                self._c_wake_op,
-                self._c_zero,
-                self._c_one,
-                self._c_remaining,
-                op,
-            )
         value: int = cmd[index]
         if value != seen:
             return value
@@ -371,8 +353,7 @@ class Bell:
                     words[_DRAINED] = generation
 
     def answer(self, index: int, seq: int, status: int) -> None:
-        """Mark worker ``index``'s answer to command ``seq`` and count it down (the steady
-        step's answer does the same inside :meth:`wait_command`, saving a call a step)."""
+        """Mark worker ``index``'s answer to command ``seq`` and count it down."""
         self._mark_mv[index] = (seq << 8) | status
         level = self._words_mv[_LEVEL]
         op = self._c_wake_at_last if level == 0 else ctypes.c_long(_wake_op_code(level))

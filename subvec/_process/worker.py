@@ -43,6 +43,7 @@ from subvec._commands import (
     ResetPayload,
     SetAttrPayload,
     Status,
+    StepEnvsPayload,
     UnitReply,
 )
 from subvec._compat import AutoresetMode
@@ -50,7 +51,7 @@ from subvec._infos import InfoBlockWriter, to_columns
 from subvec._process import wire as proto
 from subvec._process.block import bind_rows, slot_writers
 from subvec._process.bootstrap import Lifeline, adopt_registry, tie_to_parent
-from subvec._process.chunks import ChunkAttachment
+from subvec._process.chunks import ChunkAttachment, run_chunk
 from subvec._process.gpus import gpu_environment
 from subvec._process.shm import SharedBlock
 from subvec._process.starts import (
@@ -64,7 +65,7 @@ from subvec._process.threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._process.topology import Placement, apply_placement
 from subvec._process.wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
 from subvec._process.wire import AttachSpec, WorkerCounters, WorkerHello
-from subvec._slab import ChunkResult, EnvSlab, SlabResult, env_metadata
+from subvec._slab import EnvSlab, SlabResult, env_metadata
 
 __all__ = ["worker_main"]
 
@@ -317,21 +318,13 @@ class _Server:
         bell, index = self.bell, self.index
         assert bell is not None
         commands = {int(c): c for c in Command}
-        write, pack, write_frame = os.write, proto.HEADER.pack, proto.write_frame
-        slab_step, step_reply, reply_fd = self.slab.step, self._step_reply, self.reply_fd
+        write_frame, reply_fd, handle = proto.write_frame, self.reply_fd, self.handle
         wait_command, answer, clock = bell.wait_command, bell.answer, time.perf_counter
-        # Bound once (ATTACH came before this loop and set them): on a CPU shared with many
-        # workers each lookup of the step costs several times what it does warm (decision 0036).
-        point_obs = self._point_obs_rows if self.obs_writers else None
         seen, spin_s, wait_estimate = self.bell_seen, self.spin_s, 0.0
         steps, busy_s, waiting_s = self.steps, self.busy_s, self.waiting_s
         replied_at = clock()
-        # A plain step's answer (its mark word), left to the next wait_command: the answer and
-        # the wait in one call into the protocol.
-        answered = 0
         while True:
-            word = wait_command(index, seen, spin_s if wait_estimate < spin_s else 0.0, answered)
-            answered = 0
+            word = wait_command(index, seen, spin_s if wait_estimate < spin_s else 0.0)
             seen = word
             started = clock()
             waiting_s += started - replied_at
@@ -340,20 +333,17 @@ class _Server:
             seq = word >> 8
             if word & 0xFF == STEP_KIND:
                 steps += 1
-                if point_obs is not None:
-                    point_obs()
-                status = MARK_PIPE
+                mark = MARK_PIPE
                 try:
-                    reply = step_reply(slab_step())
+                    status, reply = handle(_STEP, b"")
                 except Exception as exc:
                     self._reply_error(exc, _STEP, seq)
                 else:
                     if reply:
-                        write_frame(reply_fd, _OK_PAYLOAD, seq, reply)
+                        write_frame(reply_fd, status, seq, reply)
                     else:
-                        status = MARK_OK
-                # Marked by the next wait_command, its system call counted as waiting.
-                answered = (seq << 8) | status
+                        mark = MARK_OK
+                answer(index, seq, mark)
                 replied_at = clock()
                 busy_s += replied_at - started
                 continue
@@ -368,14 +358,11 @@ class _Server:
                 if command is _STEP:
                     steps += 1
                 try:
-                    status_code, out = self.handle(command, payload)
+                    status, reply = handle(command, payload)
                 except Exception as exc:
                     self._reply_error(exc, command, got)
                 else:
-                    if status_code is _OK and not out:
-                        write(reply_fd, pack(0, _OK, got))
-                    else:
-                        write_frame(reply_fd, status_code, got, out)
+                    write_frame(reply_fd, status, got, reply)
                 done = got == seq
                 if command is _CLOSE:
                     answer(index, seq, MARK_PIPE)
@@ -402,13 +389,9 @@ class _Server:
             with maybe_token(gate):
                 result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
         elif command is Command.STEP_ENVS:
-            if not payload:  # the short form: the last chunk command again
-                return self._chunk_reply(self.chunks.run_again())
             some = proto.decode_step_envs(payload)
             if some.substeps > 1:
-                return self._chunk_reply(
-                    self.chunks.run(self.slab, some, self.obs_space, self.act_space)
-                )
+                return self._chunk(some)
             result = slab.step(some.envs, some.actions, some.action_dtypes)
             self.env_steps_some += len(slab.envs) if some.envs is None else len(some.envs)
             if self.info_block is not None:
@@ -456,9 +439,12 @@ class _Server:
             return Status.OK, b""
         return Status.OK_PAYLOAD, self._dump_result(result)
 
-    def _chunk_reply(self, done: ChunkResult) -> tuple[Status, bytes]:
-        """An action chunk's reply (its results are in the chunk block): the events, the
-        by-value observations and the envs that raised, if any."""
+    def _chunk(self, payload: StepEnvsPayload) -> tuple[Status, bytes]:
+        """An action chunk: K sub-steps of the envs, results in the chunk block; the reply
+        holds the events, the by-value observations and the envs that raised, if any."""
+        assert payload.block is not None
+        views = self.chunks.get(payload.block, self.obs_space, self.act_space)
+        done = run_chunk(self.slab, payload, views)
         self.env_steps_some += done.executed
         if done.is_empty():
             return Status.OK, b""
