@@ -32,13 +32,13 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
-from subvec._backend import Backend, Collected, RestartRecord, Unit
+from subvec._backend import Backend, Collected, Failure, RestartRecord
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._commands import Command
 from subvec._compat import AutoresetMode, VectorEnvBase, vector_metadata
@@ -105,18 +105,6 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
     #: the state is INTERRUPTED
     _interrupted_call = ""
     _interrupted_at = 0.0
-    #: the exchange's, bound in :meth:`_start` (``vector.py``'s steady step calls them)
-    _parts: Callable[[_State, Collected, float | None, bool], list[Part]]
-    _block_parts: Callable[[Iterable[Unit]], list[Part]]
-    #: the observation batch's, bound in :meth:`_start` (the steady step calls it)
-    _pick_obs_slot: Callable[[], None]
-    _send_step: Callable[[Any, Stored], None]
-    #: the step results', bound in :meth:`_start` (the steady step calls them)
-    _step_results: Callable[
-        [Sequence[Part]], tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
-    ]
-    _merge_infos: Callable[[Sequence[Part]], Any]
-    _any_ended: Callable[[], bool]
 
     def __new__(cls: type[_Front], *args: Any, **kwargs: Any) -> _Front:
         # Python's own message for a mistyped option names no alternative; this one names
@@ -171,8 +159,6 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
         self.timeouts = check_timeouts(timeout)
         #: the ``timeout`` as given (a number, None, or the mapping of one per command)
         self.default_timeout = timeout
-        #: the step's, read by the steady step
-        self.step_timeout = self.timeouts.step
         #: ``"same"``, ``"different"`` or ``(observation_space, single_observation_space)``
         self.observation_mode = check_observation_mode(observation_mode)
         self._backends: list[Backend] = []
@@ -212,88 +198,63 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
         self._backends = list(backends)
         self._units = Units(self._backends, self.num_envs)
         n = self.num_envs
-        #: each env's observation where they travel by value
-        self._env_obs: list[Any] = [None] * n
         #: the observation batch the units write, its slots, and the batch handed out
-        self._obs = obs = ObservationBatch(
-            batch, self.single_observation_space, self._env_obs, self.copy
-        )
+        self._obs = obs = ObservationBatch(batch, self.single_observation_space, n, self.copy)
         #: observations entirely in the block
         self._obs_shared = obs.shared
-        # Bound once: the steady step calls it with no forwarding layer between.
-        self._pick_obs_slot = obs.pick_slot
         #: restarts in lock-step calls, what they leave to report, and rebuilds
         self._recovery = Recovery(
             self._policy,
             self._units,
             self._reset_options,
-            None if self._obs_shared else self._env_obs,
+            None if self._obs_shared else obs,
             # weakly: the component is the front's, and a cycle would delay freeing it
             build_timeout=weak_method(self._build_timeout),
             break_env=weak_method(self._break),
         )
-        #: the envs the result being built reports truncated (a step) with worker_restarted
-        self._restarted = np.zeros(n, dtype=np.bool_)
-        #: whether the restart bookkeeping has anything to do (the steady step checks only this)
-        self._any_restarted = False
-        # The exchange reaches the front through a weak proxy: holding the front would make a
-        # cycle, and a dropped vector env would keep its workers until the collector ran.
-        front = weakref.proxy(self)
-        #: sending lock-step commands, collecting with the failure policy, closing backends
+        #: sending lock-step commands, collecting with the failure policy, closing backends;
+        #: the restart flags' writer
         self._exchange = exchange = LockstepExchange(
             self._backends,
             self._units,
-            batch.info_block,
+            batch,
             self._policy,
             self._recovery,
-            self._restarted,
             obs,
             (self.single_action_space, self.action_space),
-            front,
+            self.timeouts,
+            fail=weak_method(self._fail),
+            interrupted=weak_method(self._interrupted),
         )
-        # Bound once: the steady step calls them with no forwarding layer between.
-        self._parts = exchange.parts
-        self._block_parts = exchange.block_parts
-        self._send_step = exchange.send_step
-        # the steady step (``vector.py``) reads them directly
-        self._rewards = batch.rewards
-        self._terminations = batch.terminations
-        self._truncations = batch.truncations
-        self._store_actions = batch.store_actions
-        self._final_in_block = final_obs
-        self._info_block = batch.info_block
-        self._obs_slots = batch.obs_slots
+        #: the envs that ended and wait for a reset (DISABLED refuses to step them)
         self._needs_reset = np.zeros(n, dtype=np.bool_)
         #: a step's results, as they are handed out
-        results = StepResults(
+        self._results = StepResults(
             batch,
             final_obs,
             self._units,
             obs,
             make_merger(self.info_format, n),
-            self._restarted,
+            exchange,
             self._needs_reset,
             self.autoreset_mode,
-            front,
+            self.timeouts,
         )
-        # Bound once, as the exchange's above
-        self._results = results
-        self._step_results = results.step
-        self._merge_infos = results.merge_infos
-        self._any_ended = results.any_ended
         #: the pending reset's seeds, mask and named options (a restart during it resets
         #: with them too)
         self._reset_request: ResetRequest | None = None
         #: the pending call's env ids (None: every env) and the units it went to
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
+        # The engine's hooks reach the front weakly: a cycle would delay freeing it.
+        front = weakref.proxy(self)
         #: asynchronous stepping; this front keeps the call state and the observation slot
         self._async = AsyncEngine(
             units=self._units,
             collect_order=exchange.collect_order,
             batch=batch,
             final_in_block=final_obs,
-            env_obs=self._env_obs,
+            obs=obs,
             needs_reset=self._needs_reset,
             reset_options=self._reset_options,
             policy=self._policy,
@@ -305,7 +266,7 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
             hooks=FrontHooks(
                 enter=lambda: front._enter_async(),
                 leave=lambda: front._leave_async(),
-                fail=exchange.fail,
+                fail=weak_method(self._fail),
                 broken=lambda units, reason: front._break(units, reason),
                 build_timeout=lambda timeout: front._build_timeout(timeout),
             ),
@@ -341,9 +302,10 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
             # weakly: the recycler is the front's, and a cycle would delay freeing it
             build_timeout=weak_method(self._build_timeout),
             stored_options=self._reset_options.stored,
-            fail=self._exchange.fail,
+            fail=weak_method(self._fail),
             break_env=weak_method(self._break),
         )
+        self._exchange.recycler = self._results.recycler = self._recycler
 
     # --- failure policy ----------------------------------------------------------------------
 
@@ -494,6 +456,58 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
         self._state = _State.BROKEN
         self._recovery.broke(units, reason)
 
+    def _fail(self, failures: list[Failure], timeout: float | None) -> NoReturn:
+        """Raise the error of ``failures`` (units that died or hung, not restarted) as the
+        policy says: a death breaks the vector env, a hang leaves it idle (the stuck units'
+        late replies are dropped by seq)."""
+        error, broken = self._policy.error(failures, timeout)
+        if broken:
+            self._break([f.unit.index for f in failures], failures[0].message)
+        else:
+            self._state = _State.IDLE
+        raise error
+
+    def _enter(self, state: _State) -> None:
+        """Enter ``state``: a lock-step call of it went out (pending until :meth:`_settle`),
+        or another state the front's calls lead to. This module is the one writer of the
+        call state (``_state``): the mixins and the backends' classes change it through
+        these methods."""
+        self._state = state
+
+    def _settle(self, state: _State) -> None:
+        """The answers to the call of ``state`` are in, or it raised: idle again, unless it
+        broke the vector env or Ctrl-C interrupted its wait."""
+        if self._state is state:
+            self._state = _State.IDLE
+
+    def _collect(
+        self,
+        state: _State,
+        timeout: float | None = None,
+        only: frozenset[int] | None = None,
+        request: ResetRequest | None = None,
+    ) -> list[Part]:
+        """Wait for the answers to the pending call of ``state`` (``LockstepExchange.collect``)."""
+        try:
+            return self._exchange.collect(state, timeout, only, request)
+        finally:
+            self._settle(state)
+
+    def _answered(
+        self, state: _State, collected: Collected, timeout: float | None, restart: bool
+    ) -> list[Part]:
+        """The parts of the answers a backend's own round trip ``collected`` for the call of
+        ``state`` (``LockstepExchange.parts``)."""
+        try:
+            return self._exchange.parts(state, collected, timeout, restart)
+        finally:
+            self._settle(state)
+
+    def _send_step(self, actions: Any, stored: Stored, per_env: list[Any] | None = None) -> None:
+        """Send the step of ``actions`` (``LockstepExchange.send_step``): pending from now on."""
+        self._exchange.send_step(actions, stored, per_env)
+        self._enter(_State.WAITING_STEP)
+
     # --- reset -------------------------------------------------------------------------------
 
     def reset(
@@ -557,7 +571,7 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
             self._recycler.on_reset(request.seeds, request.mask, self.timeouts.reset)
         self._reset_request = request
         self._exchange.send_reset(request, self._reset_options.payloads(request))
-        self._state = _State.WAITING_RESET
+        self._enter(_State.WAITING_RESET)
         self._first_reset_seed = None  # only once the reset was sent: a refused one keeps it
 
     def seed_first_reset(self, seed: int) -> None:
@@ -605,8 +619,8 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
         payloads = self._reset_options.store_payloads(targets)
         only = frozenset(targets)
         self._exchange.send(Command.SET_RESET_OPTIONS, per_unit=payloads, only=only)
-        self._state = _State.WAITING_CALL
-        self._exchange.collect(_State.WAITING_CALL, None, only)
+        self._enter(_State.WAITING_CALL)
+        self._collect(_State.WAITING_CALL, None, only)
 
     @property
     def reset_options(self) -> tuple[dict[str, Any] | None, ...]:
@@ -628,11 +642,12 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._finish(_State.WAITING_RESET, "reset_wait")
-        parts = self._exchange.collect(_State.WAITING_RESET, timeout)
-        assert self._reset_request is not None
-        self._reset_request.done(self._needs_reset)
+        request = self._reset_request
+        assert request is not None
+        parts = self._collect(_State.WAITING_RESET, timeout, request=request)
+        request.done(self._needs_reset)
         self._reset_request = None
-        return self._obs.out(parts), self._merge_infos(parts)
+        return self._obs.out(parts), self._results.merge_infos(parts)
 
     # --- step --------------------------------------------------------------------------------
 
@@ -666,10 +681,9 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
                 DISABLED) an ended env was not reset; nothing is sent.
         """
         self._begin_step()
+        store = self._exchange.store_actions
         # Validates every leaf before writing any, so a rejected batch changes nothing.
-        stored = BY_VALUE if self._store_actions is None else self._store_actions(actions)
-        self._send_step(actions, stored)
-        self._state = _State.WAITING_STEP
+        self._send_step(actions, BY_VALUE if store is None else store(actions))
 
     def _step_async_values(self, per_env: Sequence[Any]) -> None:
         """Start a step that hands env ``i`` the object ``per_env[i]`` as it is (pickled to its
@@ -685,8 +699,7 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
                 (autoreset DISABLED) an ended env was not reset.
         """
         self._begin_step()
-        self._exchange.send_step(None, BY_VALUE, list(per_env))
-        self._state = _State.WAITING_STEP
+        self._send_step(None, BY_VALUE, list(per_env))
 
     def _begin_step(self, state: _State = _State.WAITING_STEP) -> None:
         self._begin(state)
@@ -714,7 +727,7 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._finish(_State.WAITING_STEP, "step_wait")
-        return self._step_results(self._exchange.collect(_State.WAITING_STEP, timeout))
+        return self._results.step(self._collect(_State.WAITING_STEP, timeout))
 
     # --- action chunks -----------------------------------------------------------------------
 
@@ -784,8 +797,8 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
             parts = self._chunk_exchange(per_unit) if same else None
             if parts is None:
                 self._exchange.send(Command.STEP_ENVS, per_unit=per_unit)
-                self._state = _State.WAITING_CHUNK
-                parts = self._exchange.collect(_State.WAITING_CHUNK, self.timeouts.chunk(chunk))
+                self._enter(_State.WAITING_CHUNK)
+                parts = self._collect(_State.WAITING_CHUNK, self.timeouts.chunk(chunk))
             return chunks.results(
                 parts,
                 views,
@@ -793,7 +806,7 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
                 all_obs,
                 observations=self._obs.observations,
                 observations_out=self._obs.out,
-                restarted=self._restarted if self._any_restarted else None,
+                restarted=self._exchange.restarted if self._exchange.any_restarted else None,
                 needs_reset=self._needs_reset,
             )
         except BaseException:
@@ -897,17 +910,8 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
         return RemoteProxy(self)
 
     def _drop_views(self) -> None:
-        # Our own references to the batch arrays; without them a shared block unmaps at once.
-        for name in (
-            "_rewards",
-            "_terminations",
-            "_truncations",
-            "_store_actions",
-            "_info_block",
-            "_obs_slots",
-        ):
-            self.__dict__.pop(name, None)
-        # and the components' (each drops its own)
+        # The components' references to the batch arrays (each drops its own); without them
+        # a shared block unmaps at once.
         for name in ("_chunks", "_async", "_obs", "_exchange", "_results"):
             component = self.__dict__.get(name)
             if component is not None:

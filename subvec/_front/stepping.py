@@ -43,6 +43,7 @@ from subvec._compat import AutoresetMode
 from subvec._front.async_stats import AsyncRecorder
 from subvec._front.calls import checked_env_ids
 from subvec._front.merge import InfoMerger, make_merger
+from subvec._front.observations import ObservationBatch
 from subvec._front.options import EnvResetOptions, ResetOptions
 from subvec._front.recovery import FailurePolicy
 from subvec._front.results import events_by_env, obs_by_env, reply_errors, with_final_event
@@ -141,7 +142,7 @@ class AsyncEngine:
         collect_order: the backends in the order they are collected (inline ones first).
         batch: the batch arrays the units write (rewards, flags, observations, action rows).
         final_in_block: whether SAME_STEP final observations are in the block's rows.
-        env_obs: the front's per-env observations when they travel by value (updated here).
+        obs: the front's observation batch (each env's by-value observation kept there).
         needs_reset: the front's per-env "ended, needs a reset" flags (updated here).
         reset_options: the envs' stored options and the reset forms' checks.
         policy: the failure policy (restarts are made through it).
@@ -159,7 +160,7 @@ class AsyncEngine:
         collect_order: Sequence[Backend],
         batch: BatchViews,
         final_in_block: bool,
-        env_obs: list[Any],
+        obs: ObservationBatch,
         needs_reset: np.ndarray,
         reset_options: EnvResetOptions,
         policy: FailurePolicy,
@@ -182,7 +183,7 @@ class AsyncEngine:
         self._refuses_ended = refuses_ended
         self.info_format = info_format
         self.batch_size = batch_size
-        self._env_obs = env_obs
+        self._obs = obs
         self._needs_reset = needs_reset
         self._rewards = batch.rewards
         self._terminations = batch.terminations
@@ -649,8 +650,9 @@ class AsyncEngine:
         if self._obs_shared:
             obs = _copy_row(self._observations, env)
         else:
-            obs = deepcopy(by_value[env]) if env in by_value else self._env_obs[env]
-            self._env_obs[env] = obs
+            if env in by_value:
+                self._obs.keep(env, deepcopy(by_value[env]))
+            obs = self._obs.env_obs[env]
             split = self._obs_split
             if split is not None:  # obs: its other leaves; the fixed-size ones are in the rows
                 fixed = self._obs_fixed
