@@ -327,13 +327,16 @@ class SubprocVectorEnv(VectorFront):
                 self._local.close(0.0, True)
             self._finalizer()
             raise
-        #: whether ``step`` may take its short path: every env in a worker and the
-        #: observations in the block as one array (fixed from here on)
+        #: whether ``step`` may take its short path: every env in a worker, the
+        #: observations in the block as one array, gymnasium's infos and an autoreset
+        #: (fixed from here on)
         self._steady = (
             self._local is None
             and self._obs_shared
             and type(self._obs.observations) is np.ndarray
             and recycling is None  # whose episode counts are kept on the general path
+            and self.info_format == "gymnasium"
+            and self.autoreset_mode is not AutoresetMode.DISABLED
         )
         if recycling is not None:
             self._start_recycling(recycling, rss_of=lambda unit: process_rss(unit.pid))
@@ -398,14 +401,13 @@ class SubprocVectorEnv(VectorFront):
             EnvError: an env's step raised (its type kept, naming the env).
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
+        exchange = self._exchange
         if (
-            self._state is _State.IDLE
-            and not self._any_restarted
+            self._steady
+            and self._state is _State.IDLE
+            and not exchange.any_restarted
             and not self.closed
-            and self._steady
-            and self.info_format == "gymnasium"
-            and self.autoreset_mode is not AutoresetMode.DISABLED
-            and (store := self._store_actions) is not None  # last: bound only on this path
+            and (store := exchange.store_actions) is not None  # None once closed
         ):
             # step_async + step_wait without the checks and branches that cannot apply here:
             # on a cheap env the parent's Python is on the critical path (its CPU is the
@@ -416,12 +418,13 @@ class SubprocVectorEnv(VectorFront):
             del store
             if stored is not None:  # another dtype than the space's, or by value
                 self._send_step(actions, stored)
-                self._state = _State.WAITING_STEP
                 return self.step_wait()
-            if self._obs_slots is not None:
-                self._pick_obs_slot()
-            self._state = state = _State.WAITING_STEP
-            timeout = self.step_timeout
+            obs = self._obs
+            if obs.slots is not None:
+                obs.pick_slot()
+            state = _State.WAITING_STEP
+            self._enter(state)
+            timeout = self.timeouts.step
             restart = self._policy.can_restart
             try:
                 collected = self._pool.exchange(
@@ -430,29 +433,19 @@ class SubprocVectorEnv(VectorFront):
             except KeyboardInterrupt:
                 self._interrupted(state)  # as in the exchange's collect
                 raise
+            results = self._results
             if collected is not None:
-                return self._step_results(self._parts(state, collected, timeout, restart))
-            self._state = _State.IDLE
-            # Nothing but the shared block to read: the usual step, returned without the
-            # general merge (this Python shares its CPU with the partner's envs).
+                return results.step(self._answered(state, collected, timeout, restart))
+            self._settle(state)
             infos: dict[str, Any] | None = {}
-            info_block = self._info_block
+            info_block = exchange.info_block
             if info_block is not None and info_block.flagged():
                 # Every env's infos in the block under one schema, or None (merged below)
                 infos = info_block.merged(self._pool.workers)
-            if infos is None or (
-                self._final_in_block and self._any_ended()
-            ):  # final events implied by the flags, or infos to merge
-                return self._step_results(self._block_parts(self._units.all))
-            out = self._obs
-            obs = out.observations
-            return (
-                obs.view() if out.slot else obs.copy() if self.copy else obs,
-                self._rewards.copy(),
-                self._terminations.copy(),
-                self._truncations.copy(),
-                infos,
-            )
+            if infos is None or (results.final_in_block and results.any_ended()):
+                # final events implied by the flags, or infos to merge
+                return results.step(exchange.block_parts(self._units.all))
+            return results.in_block(infos)
         self.step_async(actions)
         return self.step_wait()
 
@@ -461,7 +454,7 @@ class SubprocVectorEnv(VectorFront):
     def _chunk_exchange(self, per_unit: Callable[[Any], StepEnvsPayload]) -> list[Part] | None:
         """Every env in a worker, workers of one size, no restarted worker answering with its
         reset: one encoded command for all, sent and collected as the steady step's are, the
-        failures and outcomes through the front's ``_parts``."""
+        failures and outcomes through the front's ``_answered``."""
         workers = self._pool.workers
         if self._local is not None or self._exchange.answered or not self._chunk_even:
             return None
@@ -470,7 +463,8 @@ class SubprocVectorEnv(VectorFront):
         if sent is None or sent[0] is not command:  # the usual chunk sends the same again
             sent = self._chunk_sent = (command, proto.encode_step_envs(command))
         payload = sent[1]
-        self._state = state = _State.WAITING_CHUNK
+        state = _State.WAITING_CHUNK
+        self._enter(state)
         timeout = self.timeouts.chunk(command.substeps)
         restart = self._policy.can_restart
         try:
@@ -481,9 +475,9 @@ class SubprocVectorEnv(VectorFront):
             self._interrupted(state)  # as in the exchange's collect
             raise
         if collected is None:
-            self._state = _State.IDLE
+            self._settle(state)
             return []
-        return self._parts(state, collected, timeout, restart)
+        return self._answered(state, collected, timeout, restart)
 
     @functools.cached_property
     def _chunk_even(self) -> bool:

@@ -440,7 +440,7 @@ def test_steady_infos_from_the_block_in_list_and_legacy_formats(
         for t in range(60):
             actions = envs.action_space.sample()
             got = envs.step(actions)
-            flagged += envs._info_block.flagged()
+            flagged += envs._exchange.info_block.flagged()
             assert_same(got, oracle.step(actions), f"step {t}")  # types and key order too
         assert flagged >= 30
     finally:

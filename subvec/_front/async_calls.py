@@ -17,6 +17,7 @@ from subvec._front.async_stats import AsyncStats
 from subvec._front.options import ResetOptions
 from subvec._front.setup import Timeouts
 from subvec._front.stepping import AsyncEngine
+from subvec._front.units import Units
 from subvec._seeding import SeedArg
 
 __all__ = ["AsyncCalls"]
@@ -27,6 +28,8 @@ class AsyncCalls:
 
     # The front's, declared for the type checker.
     _async: AsyncEngine
+    _units: Units
+    num_envs: int
     timeouts: Timeouts
 
     if TYPE_CHECKING:
@@ -158,7 +161,22 @@ class AsyncCalls:
             ValueError: the workers cannot be split into that many groups of whole workers
                 (the message says which layout can).
         """
-        return self._async.env_groups(num_groups)
+        units = self._units.all
+        if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
+            raise ValueError(f"num_groups must be a positive int, got {num_groups!r}")
+        if len(units) % num_groups:
+            sizes = sorted({u.hi - u.lo for u in units})
+            raise ValueError(
+                f"{len(units)} units (workers, or the parent's own envs; of {sizes} envs) "
+                f"cannot be split into {num_groups} groups of whole units: a unit steps one "
+                "command at a time, so a group sharing one would wait for the other's step. "
+                f"Build with num_workers a multiple of {num_groups} (envs_per_worker dividing "
+                f"{self.num_envs // num_groups})"
+            )
+        per = len(units) // num_groups
+        return [
+            list(range(units[g * per].lo, units[(g + 1) * per - 1].hi)) for g in range(num_groups)
+        ]
 
     def async_stats(self, reset: bool = False) -> AsyncStats:
         """Who waits on whom in the asynchronous loop, readable at any time (also while envs

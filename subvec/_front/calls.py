@@ -17,6 +17,7 @@ import numpy as np
 from subvec._backend import Unit
 from subvec._commands import CallPayload, Command, PerEnv, SetAttrPayload
 from subvec._front.exchange import LockstepExchange
+from subvec._front.merge import Part
 from subvec._front.state import _State
 from subvec._front.units import Units
 
@@ -31,7 +32,6 @@ class EnvCalls:
 
     # The front's, declared for the type checker.
     num_envs: int
-    _state: _State
     _units: Units
     _call_ids: list[int] | None
     _call_units: frozenset[int] | None
@@ -40,6 +40,13 @@ class EnvCalls:
     if TYPE_CHECKING:
 
         def _begin(self, state: _State) -> None: ...
+        def _enter(self, state: _State) -> None: ...
+        def _collect(
+            self,
+            state: _State,
+            timeout: float | None = None,
+            only: frozenset[int] | None = None,
+        ) -> list[Part]: ...
         def _finish(self, state: _State, method: str) -> None: ...
 
     def call_async(self, name: str, /, *args: Any, env_ids: EnvIds = None, **kwargs: Any) -> None:
@@ -103,7 +110,7 @@ class EnvCalls:
                     return part._replace(args=args, kwargs=kwargs)
 
                 self._exchange.send(Command.CALL, per_unit=per_unit, only=self._call_units)
-        self._state = _State.WAITING_CALL
+        self._enter(_State.WAITING_CALL)
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the call :meth:`call_async` started.
@@ -122,7 +129,7 @@ class EnvCalls:
         """
         self._finish(_State.WAITING_CALL, "call_wait")
         ids, only = self._call_ids, self._call_units
-        parts = self._exchange.collect(_State.WAITING_CALL, timeout, only)
+        parts = self._collect(_State.WAITING_CALL, timeout, only)
         if ids is None:
             results: list[Any] = []
             for _, data in parts:
@@ -213,8 +220,8 @@ class EnvCalls:
             self._exchange.send(
                 Command.SET_ATTR, per_unit=lambda u: SetAttrPayload(name, per_env[u.lo : u.hi])
             )
-            self._state = _State.WAITING_CALL
-            self._exchange.collect(_State.WAITING_CALL, None)
+            self._enter(_State.WAITING_CALL)
+            self._collect(_State.WAITING_CALL, None)
             return
         if len(values) != len(ids):
             raise ValueError(
@@ -233,8 +240,8 @@ class EnvCalls:
 
         only = frozenset(targets)
         self._exchange.send(Command.SET_ATTR, per_unit=per_unit, only=only)
-        self._state = _State.WAITING_CALL
-        self._exchange.collect(_State.WAITING_CALL, None, only)
+        self._enter(_State.WAITING_CALL)
+        self._collect(_State.WAITING_CALL, None, only)
 
     def render(self, env_ids: EnvIds = None) -> tuple[Any, ...] | None:
         """The frames of the envs, as ``call("render", env_ids=env_ids)``.

@@ -7,27 +7,28 @@ be sent, first to be collected: they run while the others' units are busy), hand
 the failure policy, and turns the outcomes into the parts that say something, in env order
 (see ``_front.merge``). It closes the backends too, the parent's own envs first.
 
-It also owns the failure policy's side of a call (:meth:`LockstepExchange.fail`, and
-:meth:`LockstepExchange.recover`, the restarts of a failed step, reset or call), and a step's
-command (:meth:`LockstepExchange.send_step`: its payloads, and the restart bookkeeping before
-it goes out, the units that answer it with a reset instead), and a reset's (``send_reset``).
+It also owns the restarts of a failed step, reset or call (:meth:`LockstepExchange.recover`),
+and a step's command (:meth:`LockstepExchange.send_step`: the actions stored, its payloads, and
+the restart bookkeeping before it goes out, the units that answer it with a reset instead),
+and a reset's (``send_reset``). It is the one writer of the restart flags (``restarted``,
+``any_restarted``), which the results read.
 
-It holds named references (the backends, the units, the policy, the recovery, the restart
-flags, the observation batch, the block's infos) and reaches the front through a weak proxy
-only (the call state and what a restart sets of it, the default timeout, ``_break``):
-holding the front would make a cycle, and a dropped vector env would keep its workers until
-the cycle collector ran.
+It holds named references (the backends, the units, the policy, the recovery, the observation
+batch, the block's infos) and none to the front, which keeps the call state: failures that are
+not restarted go to the front's ``fail``, an interrupted wait to its ``interrupted`` (weak
+hooks: a cycle would keep a dropped vector env's workers until the cycle collector ran).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import numpy as np
 from gymnasium import Space
 
 from subvec._backend import PLAIN, Backend, Collected, Failure, Outcome, Unit
+from subvec._batch import BatchViews
 from subvec._commands import (
     Command,
     ResetPayload,
@@ -51,31 +52,12 @@ from subvec._spaces import BY_VALUE, Stored, check_batch_layout, per_env_actions
 #: the steady step's command: every env, its action in the block in the space's dtypes
 _IN_BLOCK = StepEnvsPayload(None, None)
 
-__all__ = ["BROKEN_CLOSE_TIMEOUT", "DEFAULT_CLOSE_TIMEOUT", "ExchangeFront", "LockstepExchange"]
+__all__ = ["BROKEN_CLOSE_TIMEOUT", "DEFAULT_CLOSE_TIMEOUT", "LockstepExchange"]
 
 #: How long close() waits for workers to finish their envs' close() before escalating.
 DEFAULT_CLOSE_TIMEOUT = 10.0
 #: The same bound once a worker has died (the others may be stuck mid-step).
 BROKEN_CLOSE_TIMEOUT = 2.0
-
-
-class ExchangeFront(Protocol):
-    """What the exchange reaches of the front (through a weak proxy)."""
-
-    #: the call state: idle again once a call's answers are in
-    _state: _State
-    #: the bound of a call given none
-    timeouts: Timeouts
-    #: whether the restart bookkeeping has anything to do (the steady step checks only this)
-    _any_restarted: bool
-    #: the recycler, where the backend recycles (its resets go out with a step)
-    _recycler: Recycler | None
-    #: the pending reset's (a restart during it resets with it too)
-    _reset_request: ResetRequest | None
-
-    def _break(self, units: Iterable[int], reason: str) -> None: ...
-
-    def _interrupted(self, state: _State) -> None: ...
 
 
 class LockstepExchange:
@@ -86,13 +68,15 @@ class LockstepExchange:
         self,
         backends: Sequence[Backend],
         units: Units,
-        info_block: InfoBlockReader | None,
+        batch: BatchViews,
         policy: FailurePolicy,
         recovery: Recovery,
-        restarted: np.ndarray,
         obs: ObservationBatch,
         action_spaces: tuple[Space[Any], Space[Any]],
-        front: ExchangeFront,
+        timeouts: Timeouts,
+        *,
+        fail: Callable[[list[Failure], float | None], NoReturn],
+        interrupted: Callable[[_State], None],
     ) -> None:
         self.backends = list(backends)
         # Inline backends run their share while the others' units are busy: collect them first.
@@ -100,16 +84,25 @@ class LockstepExchange:
         self.units = units
         #: the units that write a step's infos into the block (the inline ones do not)
         self.info_units = frozenset(u.index for b in self.backends if not b.inline for u in b.units)
-        self.info_block = info_block
+        self.info_block: InfoBlockReader | None = batch.info_block
+        #: puts a batch of actions in the block (None: they go by value; ``_batch``)
+        self.store_actions = batch.store_actions
         self.policy = policy
         self.recovery = recovery
         #: the envs the result being built reports truncated (a step) with worker_restarted
-        self.restarted = restarted
+        self.restarted = np.zeros(len(obs.env_obs), dtype=np.bool_)
+        #: whether the restart bookkeeping has anything to do (the steady step checks only this)
+        self.any_restarted = False
         self.obs = obs
         #: the single and the batched action space
         self.action_spaces = action_spaces
-        #: a weak proxy of the front
-        self.front = front
+        self.timeouts = timeouts
+        #: the front's: raise the error of failures that are not restarted
+        self.fail = fail
+        #: the front's: Ctrl-C interrupted the wait of the call of this state
+        self.interrupted = interrupted
+        #: the recycler, where the backend recycles (its resets go out with a step)
+        self.recycler: Recycler | None = None
         #: units this step does not send to, and their answers (restarted during a call)
         self.answered: dict[int, Outcome] = {}
 
@@ -134,18 +127,23 @@ class LockstepExchange:
             backend.send(command, payload, per_unit=per_unit, units=units)
 
     def collect(
-        self, state: _State, timeout: float | None, only: frozenset[int] | None = None
+        self,
+        state: _State,
+        timeout: float | None,
+        only: frozenset[int] | None = None,
+        request: ResetRequest | None = None,
     ) -> list[Part]:
         """Wait for every unit's answer (each of ``only``'s, when the call went to those) to
         the pending call and return the parts that say something, in env order (see
-        ``_front.merge``).
+        ``_front.merge``); ``request``: the pending reset's (a restart resets with it too).
 
-        Failures: with on_worker_failure="raise", a death breaks the env and a timeout returns
-        it to idle (late replies are dropped by seq); both raise. With "restart", each failed
-        unit is replaced and, for a step or reset, its envs reset (see ``_front.recovery``).
+        Failures: with on_worker_failure="raise", they go to the front's ``fail`` (a death
+        breaks the env, a timeout leaves it idle: late replies are dropped by seq; both
+        raise). With "restart", each failed unit is replaced and, for a step or reset, its
+        envs reset (see ``_front.recovery``).
         """
         if timeout is None:
-            timeout = self.front.timeouts.of(state.value)
+            timeout = self.timeouts.of(state.value)
         restart = self.policy.can_restart
         what = _WAITING[state]
         # Units restarted during a call answer this step with their reset (see step_async).
@@ -174,22 +172,21 @@ class LockstepExchange:
         except KeyboardInterrupt:
             # The interrupted call's late replies carry an old seq and are dropped; the next
             # call waits for the units still running it, and says so.
-            self.front._interrupted(state)
+            self.interrupted(state)
             recovery = self.recovery
             recovery.pending = {**answered, **recovery.pending}  # still to be reported
             raise
         got = [c for c in collected if c is not None]
         if not got and not answered:  # every unit said a plain OK
-            self.front._state = _State.IDLE
             return self.block_parts(self.units.all) if state is _State.WAITING_STEP else []
         if len(got) == 1 and not answered:
-            return self.parts(state, got[0], timeout, restart)
+            return self.parts(state, got[0], timeout, restart, request=request)
         outcomes: dict[int, Outcome] = dict(answered)
         failures: list[Failure] = []
         for c in got:
             outcomes.update(c.outcomes)
             failures += c.failures
-        return self.parts(state, Collected(outcomes, failures), timeout, restart, answered)
+        return self.parts(state, Collected(outcomes, failures), timeout, restart, answered, request)
 
     def parts(
         self,
@@ -198,20 +195,20 @@ class LockstepExchange:
         timeout: float | None,
         restart: bool,
         answered: dict[int, Outcome] | None = None,
+        request: ResetRequest | None = None,
     ) -> list[Part]:
         """The second half of :meth:`collect`: failures, then the outcomes that say
         something. ``answered``: the units that answered with a restart's reset (their
-        outcomes are in ``collected`` already)."""
+        outcomes are in ``collected`` already); ``request``: as :meth:`collect`'s."""
         outcomes, failures = collected.outcomes, collected.failures
         recovered: dict[int, Outcome] = dict(answered) if answered else {}
         if failures:
             if restart:
-                restarted = self.recover(state, failures, timeout)
+                restarted = self.recover(state, failures, timeout, request)
                 outcomes.update(restarted)
                 recovered.update(restarted)
             else:
                 self.fail(failures, timeout)
-        self.front._state = _State.IDLE
         # Only outcomes with something to say become parts; a plain OK adds nothing but the
         # infos a step left in the block, as all its other results are there already.
         parts: list[Part] = []
@@ -230,18 +227,12 @@ class LockstepExchange:
         raise_first(errors)
         return parts
 
-    def fail(self, failures: list[Failure], timeout: float | None) -> NoReturn:
-        """Raise the error of ``failures`` as the policy says: a death breaks the vector env,
-        a hang leaves it idle."""
-        error, broken = self.policy.error(failures, timeout)
-        if broken:
-            self.front._break([f.unit.index for f in failures], failures[0].message)
-        else:
-            self.front._state = _State.IDLE  # the late replies of the stuck units are dropped
-        raise error
-
     def recover(
-        self, state: _State, failures: list[Failure], timeout: float | None
+        self,
+        state: _State,
+        failures: list[Failure],
+        timeout: float | None,
+        request: ResetRequest | None = None,
     ) -> dict[int, Outcome]:
         """Replace each failed unit and reset its envs (``_front.recovery.Recovery``); for a step or
         reset, return that reset's outcome as the unit's answer. The step then reports those
@@ -250,20 +241,17 @@ class LockstepExchange:
         restarted units are reset all the same, and the next step reports them as a step's
         restart would. A replacement that cannot be built or reset breaks the vector env.
         """
-        front = self.front
         call = state is _State.WAITING_CALL
         if call and self.obs.slots is not None:
             self.obs.fresh_slot()  # the resets below must not write into the caller's batch
-        request = front._reset_request if state is _State.WAITING_RESET else None
         outcomes = self.recovery.restart(failures, timeout, request)
         if not call:
             for failure in failures:
                 self.restarted[failure.unit.lo : failure.unit.hi] = True
-            front._any_restarted = True
+            self.any_restarted = True
             return outcomes
-        front._state = _State.IDLE
         if self.recovery.hold(outcomes):
-            front._any_restarted = True
+            self.any_restarted = True
         self.recovery.raise_call_error(failures, timeout, outcomes)
 
     def send_step(self, actions: Any, stored: Stored, per_env: list[Any] | None = None) -> None:
@@ -296,21 +284,20 @@ class LockstepExchange:
         elif isinstance(stored, tuple):  # in the block, in the caller's dtypes
             payload = StepEnvsPayload(None, None, action_dtypes=stored)
         self.prepare_step()
-        recycler = self.front._recycler
+        recycler = self.recycler
         if recycler is not None:  # their resets write into the slot just picked
-            recycler.before_step(self.front.timeouts.reset, into=self.answered)
+            recycler.before_step(self.timeouts.reset, into=self.answered)
         self.send(Command.STEP_ENVS, payload, per_unit=per_unit)
 
     def send_reset(self, request: ResetRequest, per_unit: Callable[[Unit], ResetPayload]) -> None:
         """Send RESET for ``request`` with each unit's payload from ``per_unit``, after the
         restart bookkeeping and the pick of the observation slot it writes."""
-        front = self.front
-        if front._any_restarted:
+        if self.any_restarted:
             self.restarted[:] = False
             # Envs restarted during a call: this reset's infos flag them. (Rebuilt ones are
             # not flagged: the caller saw the vector env break, and the result is a fresh
             # env's.)
-            front._any_restarted = bool(self.recovery.take_pending(self.restarted))
+            self.any_restarted = bool(self._take_pending())
         if self.obs.slots is not None:
             if request.mask is None:
                 self.obs.pick_slot()
@@ -321,20 +308,28 @@ class LockstepExchange:
     def prepare_step(self) -> None:
         """Before a step's (or a chunk's) command goes out, once nothing was refused: the
         restart bookkeeping, and the observation slot it writes."""
-        front = self.front
-        if front._any_restarted:
+        if self.any_restarted:
             self.restarted[:] = False
             # Units restarted during a call were reset then: this step reports that reset for
             # them (truncated, worker_restarted), as a restart during a step does, and does
             # not step them.
-            self.answered = answered = self.recovery.take_pending(self.restarted)
-            front._any_restarted = bool(answered)
+            self.answered = answered = self._take_pending()
+            self.any_restarted = bool(answered)
         obs = self.obs
         if obs.slots is not None:  # only now: nothing was refused
             if answered := self.answered:
                 obs.fresh_slot([self.units.unit(i) for i in answered])
             else:
                 obs.pick_slot()
+
+    def _take_pending(self) -> dict[int, Outcome]:
+        """The units restarted during a call, now reported: their envs flagged in
+        ``restarted``."""
+        pending = self.recovery.take_pending()
+        for index in pending:
+            unit = self.units.unit(index)
+            self.restarted[unit.lo : unit.hi] = True
+        return pending
 
     def block_parts(self, units: Iterable[Unit]) -> list[Part]:
         """The parts of those ``units`` that left their step's infos in the block."""
@@ -361,5 +356,7 @@ class LockstepExchange:
         return next((e for e in reversed(errors) if e is not None), None)
 
     def drop_views(self) -> None:
-        """Drop the reference to the block's infos (a shared block unmaps without it)."""
+        """Drop the references to the block's infos and action rows (a shared block unmaps
+        without them)."""
         self.info_block = None
+        self.store_actions = None

@@ -8,15 +8,19 @@
                  └── RayActors (``_ray``): Ray actors, each holding a SubprocVectorEnv
 
 The front owns its state and the components that act on it, each in a module of this package
-and none holding a strong reference back: the lock-step exchange (``exchange``), recovery
-(``recovery``), the observation batch (``observations``), a step's results (``step_results``),
-reset options (``options``), the asynchronous engine (``stepping``), recycling (``recycle``)
-and action chunks (``chunk``). Three mixins hold no state: the public asynchronous calls, each
-handing over to the engine (``async_calls``), calls and attributes (``calls``), the swap
-of envs inside the live units (``reconfigure``), and ending and restarting the units between
-rollouts (``suspend``). What it is
-built from is ``setup``; its units and every replacement of one go through ``units``; the call
-states are ``state``. The batch arrays are the backend's, seen through ``subvec._batch``.
+and none holding a strong reference back: the lock-step exchange (``exchange``, the writer of
+the restart flags), recovery (``recovery``), the observation batch (``observations``, the
+writer of each env's by-value observation), a step's results (``step_results``), reset
+options (``options``), the asynchronous engine (``stepping``), recycling (``recycle``) and
+action chunks (``chunk``); the front calls them directly. Its mixins hold no state of their
+own: its construction, which builds those components (``start``), the public asynchronous
+calls, each handing over to the engine (``async_calls``), calls and attributes (``calls``),
+the swap of envs inside the live units (``reconfigure``), and ending and restarting the units
+between rollouts (``suspend``). This module is the one writer of the call state (``_state``,
+the states of ``state``): the mixins and the backends' classes change it through
+:meth:`VectorFront._enter`, :meth:`VectorFront._settle` and the failure hooks. The options'
+checks are ``setup``; its units and every replacement of one go through ``units``. The batch
+arrays are the backend's, seen through ``subvec._batch``.
 
 The front knows no pipes and no processes (tests/test_rooms.py holds it to that). Every
 fixed-size result of a call is already in the batch arrays when a unit answers (for the
@@ -30,46 +34,26 @@ the same over any set of backends.
 from __future__ import annotations
 
 import time
-import weakref
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
-from gymnasium import Space, logger
+from gymnasium import logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
-from subvec._backend import Backend, Collected, RestartRecord, Unit
-from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
+from subvec._backend import Collected, Failure
 from subvec._commands import Command
-from subvec._compat import AutoresetMode, VectorEnvBase, vector_metadata
+from subvec._compat import VectorEnvBase
 from subvec._front.async_calls import AsyncCalls
 from subvec._front.calls import EnvCalls, EnvIds
-from subvec._front.chunk import ChunkResults, ChunkStepper, PerUnit
-from subvec._front.exchange import LockstepExchange
-from subvec._front.merge import Part, make_merger
-from subvec._front.observations import ObservationBatch
-from subvec._front.options import EnvResetOptions, ResetOptions, ResetRequest
+from subvec._front.chunk import ChunkResults, PerUnit
+from subvec._front.merge import Part
+from subvec._front.options import ResetOptions, ResetRequest
 from subvec._front.reconfigure import EnvReconfigure
-from subvec._front.recovery import FailurePolicy, Recovery
-from subvec._front.recycle import RecyclePolicy, Recycler, RssReader
-from subvec._front.setup import (
-    EnvsHello,
-    ObservationMode,
-    TimeoutArg,
-    batched_spaces,
-    check_batch_size,
-    check_freeze,
-    check_info_format,
-    check_observation_mode,
-    check_timeouts,
-)
-from subvec._front.state import _ASYNC_NAME, _State, pending_call, weak_method
-from subvec._front.step_results import StepResults
-from subvec._front.stepping import AsyncEngine, FrontHooks
+from subvec._front.start import FrontStart, public_name
+from subvec._front.state import _ASYNC_NAME, _State, pending_call
 from subvec._front.suspend import Suspension
-from subvec._front.units import Units
 from subvec._kwargs import accepts_any_keyword, check_kwargs, options_of
-from subvec._late_binding import warn_of_late_binding
 from subvec._seeding import SeedArg
 from subvec._spaces import BY_VALUE, Stored
 from subvec.errors import BrokenVectorEnvError
@@ -86,13 +70,7 @@ INTERRUPTED_NOTICE_S = 1.0
 INTERRUPTED_CLOSE_WAIT_S = 1.0
 
 
-def public_name(cls: type) -> str:
-    """The name an error shows for ``cls``: its first public class, so that a user's own
-    subclass keeps its name and subvec's private helpers never show."""
-    return next((c.__name__ for c in cls.__mro__ if not c.__name__.startswith("_")), cls.__name__)
-
-
-class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBase):
+class VectorFront(FrontStart, AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBase):
     """The gymnasium VectorEnv contract over backends; see the module docstring. The
     asynchronous calls (``async_reset``, ``send``, ``recv``, ``drain``; ``AsyncCalls``)
     delegate to an :class:`~subvec._front.stepping.AsyncEngine`."""
@@ -105,18 +83,6 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
     #: the state is INTERRUPTED
     _interrupted_call = ""
     _interrupted_at = 0.0
-    #: the exchange's, bound in :meth:`_start` (``vector.py``'s steady step calls them)
-    _parts: Callable[[_State, Collected, float | None, bool], list[Part]]
-    _block_parts: Callable[[Iterable[Unit]], list[Part]]
-    #: the observation batch's, bound in :meth:`_start` (the steady step calls it)
-    _pick_obs_slot: Callable[[], None]
-    _send_step: Callable[[Any, Stored], None]
-    #: the step results', bound in :meth:`_start` (the steady step calls them)
-    _step_results: Callable[
-        [Sequence[Part]], tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
-    ]
-    _merge_infos: Callable[[Sequence[Part]], Any]
-    _any_ended: Callable[[], bool]
 
     def __new__(cls: type[_Front], *args: Any, **kwargs: Any) -> _Front:
         # Python's own message for a mistyped option names no alternative; this one names
@@ -124,262 +90,6 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
         if not accepts_any_keyword(cls):
             check_kwargs(kwargs, ("env_fns", *options_of(cls)), f"{public_name(cls)}()")
         return super().__new__(cls)
-
-    def _configure(
-        self,
-        env_fns: Iterable[Callable[[], Any]],
-        autoreset_mode: str | AutoresetMode | None,
-        info_format: str,
-        *,
-        copy: bool,
-        timeout: TimeoutArg,
-        on_worker_failure: str,
-        max_restarts: int,
-        batch_size: int | None = None,
-        start_timeout: float | None = None,
-        observation_mode: ObservationMode = "same",
-        freeze: bool = False,
-    ) -> None:
-        """Keep the env factories and check and keep the options every backend shares
-        (before any backend starts).
-
-        Raises:
-            ValueError: no env factory, or a bad option value.
-            TypeError: a custom ``observation_mode`` that is not two spaces.
-        """
-        self.env_fns = list(env_fns)
-        if not self.env_fns:
-            raise ValueError("env_fns is empty: a vector env needs at least one env factory")
-        warn_of_late_binding(self.env_fns)
-        num_envs = len(self.env_fns)
-        self._policy = FailurePolicy(on_worker_failure, max_restarts)
-        #: bound on building envs: at construction, and for a replacement (else the call's)
-        self.start_timeout = start_timeout
-        self.num_envs = num_envs
-        #: how many envs ``recv()`` returns by default
-        self.batch_size = check_batch_size(batch_size, num_envs)
-        if freeze and autoreset_mode is None:
-            autoreset_mode = AutoresetMode.DISABLED  # what freezing ended envs means
-        self.autoreset_mode = check_info_format(info_format, autoreset_mode)
-        #: ended envs are not stepped again until reset (``EnvSlab``'s freeze; DISABLED)
-        self.freeze = check_freeze(freeze, self.autoreset_mode)
-        #: whether stepping an ended env is refused (DISABLED without freeze)
-        self._refuses_ended = self.autoreset_mode is AutoresetMode.DISABLED and not self.freeze
-        self.info_format = info_format
-        self.copy = bool(copy)
-        #: each command's default bound (``timeout=``: one number, or one per command)
-        self.timeouts = check_timeouts(timeout)
-        #: the ``timeout`` as given (a number, None, or the mapping of one per command)
-        self.default_timeout = timeout
-        #: the step's, read by the steady step
-        self.step_timeout = self.timeouts.step
-        #: ``"same"``, ``"different"`` or ``(observation_space, single_observation_space)``
-        self.observation_mode = check_observation_mode(observation_mode)
-        self._backends: list[Backend] = []
-        #: every unit, which runs which env, and the one replacement driver
-        self._units = Units([], num_envs)
-        #: the reset options each env stored, and the checks of every form of them
-        self._reset_options = EnvResetOptions(num_envs)
-
-    # --- what the subclass sets up ----------------------------------------------------------
-
-    def _take_hellos(self, hellos: Sequence[EnvsHello]) -> None:
-        """Metadata and render mode from the first unit's envs, and every env's spaces (see
-        :meth:`_setup_spaces`); ``hellos`` cover the envs in env order."""
-        first = hellos[0]
-        self.metadata = vector_metadata(first.metadata, self.autoreset_mode)
-        self.render_mode = first.render_mode
-        self._setup_spaces(
-            [space for hello in hellos for space in hello.observation_spaces],
-            [space for hello in hellos for space in hello.action_spaces],
-        )
-
-    def _setup_spaces(
-        self, obs_spaces: Sequence[Space[Any]], act_spaces: Sequence[Space[Any]]
-    ) -> None:
-        """The single and batched spaces (as ``observation_mode`` says), checked env by env
-        against env 0's; ``obs_spaces`` and ``act_spaces`` hold every env's, in env order."""
-        spaces = batched_spaces(
-            obs_spaces, act_spaces, self.observation_mode, public_name(type(self))
-        )
-        self.single_observation_space = spaces.single_observation_space
-        self.observation_space = spaces.observation_space
-        self.single_action_space = spaces.single_action_space
-        self.action_space = spaces.action_space
-
-    def _start(self, backends: Sequence[Backend], batch: BatchViews, final_obs: bool) -> None:
-        """Take the backends (in the order commands go out) and the batch arrays."""
-        self._backends = list(backends)
-        self._units = Units(self._backends, self.num_envs)
-        n = self.num_envs
-        #: each env's observation where they travel by value
-        self._env_obs: list[Any] = [None] * n
-        #: the observation batch the units write, its slots, and the batch handed out
-        self._obs = obs = ObservationBatch(
-            batch, self.single_observation_space, self._env_obs, self.copy
-        )
-        #: observations entirely in the block
-        self._obs_shared = obs.shared
-        # Bound once: the steady step calls it with no forwarding layer between.
-        self._pick_obs_slot = obs.pick_slot
-        #: restarts in lock-step calls, what they leave to report, and rebuilds
-        self._recovery = Recovery(
-            self._policy,
-            self._units,
-            self._reset_options,
-            None if self._obs_shared else self._env_obs,
-            # weakly: the component is the front's, and a cycle would delay freeing it
-            build_timeout=weak_method(self._build_timeout),
-            break_env=weak_method(self._break),
-        )
-        #: the envs the result being built reports truncated (a step) with worker_restarted
-        self._restarted = np.zeros(n, dtype=np.bool_)
-        #: whether the restart bookkeeping has anything to do (the steady step checks only this)
-        self._any_restarted = False
-        # The exchange reaches the front through a weak proxy: holding the front would make a
-        # cycle, and a dropped vector env would keep its workers until the collector ran.
-        front = weakref.proxy(self)
-        #: sending lock-step commands, collecting with the failure policy, closing backends
-        self._exchange = exchange = LockstepExchange(
-            self._backends,
-            self._units,
-            batch.info_block,
-            self._policy,
-            self._recovery,
-            self._restarted,
-            obs,
-            (self.single_action_space, self.action_space),
-            front,
-        )
-        # Bound once: the steady step calls them with no forwarding layer between.
-        self._parts = exchange.parts
-        self._block_parts = exchange.block_parts
-        self._send_step = exchange.send_step
-        # the steady step (``vector.py``) reads them directly
-        self._rewards = batch.rewards
-        self._terminations = batch.terminations
-        self._truncations = batch.truncations
-        self._store_actions = batch.store_actions
-        self._final_in_block = final_obs
-        self._info_block = batch.info_block
-        self._obs_slots = batch.obs_slots
-        self._needs_reset = np.zeros(n, dtype=np.bool_)
-        #: a step's results, as they are handed out
-        results = StepResults(
-            batch,
-            final_obs,
-            self._units,
-            obs,
-            make_merger(self.info_format, n),
-            self._restarted,
-            self._needs_reset,
-            self.autoreset_mode,
-            front,
-        )
-        # Bound once, as the exchange's above
-        self._results = results
-        self._step_results = results.step
-        self._merge_infos = results.merge_infos
-        self._any_ended = results.any_ended
-        #: the pending reset's seeds, mask and named options (a restart during it resets
-        #: with them too)
-        self._reset_request: ResetRequest | None = None
-        #: the pending call's env ids (None: every env) and the units it went to
-        self._call_ids: list[int] | None = None
-        self._call_units: frozenset[int] | None = None
-        #: asynchronous stepping; this front keeps the call state and the observation slot
-        self._async = AsyncEngine(
-            units=self._units,
-            collect_order=exchange.collect_order,
-            batch=batch,
-            final_in_block=final_obs,
-            env_obs=self._env_obs,
-            needs_reset=self._needs_reset,
-            reset_options=self._reset_options,
-            policy=self._policy,
-            spaces=(self.single_observation_space, self.single_action_space),
-            autoreset_mode=self.autoreset_mode,
-            refuses_ended=self._refuses_ended,
-            info_format=self.info_format,
-            batch_size=self.batch_size,
-            hooks=FrontHooks(
-                enter=lambda: front._enter_async(),
-                leave=lambda: front._leave_async(),
-                fail=exchange.fail,
-                broken=lambda units, reason: front._break(units, reason),
-                build_timeout=lambda timeout: front._build_timeout(timeout),
-            ),
-        )
-        #: recycling, where the backend offers it (:meth:`_start_recycling`)
-        self._recycler: Recycler | None = None
-        #: ``step_chunk``'s work; the chunk's arrays are the front's own unless the backend
-        #: keeps them (:meth:`_start_chunks`)
-        self._chunks = ChunkStepper(
-            n,
-            self.single_observation_space,
-            self.single_action_space,
-            self.autoreset_mode,
-            self.info_format,
-            self.copy,
-            PlainChunkRooms(n),
-        )
-
-    def _start_chunks(self, rooms: ChunkRooms) -> None:
-        """Keep action chunks' arrays where the backend's units read and write them (after
-        :meth:`_start`)."""
-        self._chunks.rooms = rooms
-
-    def _start_recycling(self, policy: RecyclePolicy, rss_of: RssReader) -> None:
-        """Recycle workers as ``policy`` says (after :meth:`_start`); ``rss_of`` reads a
-        unit's resident memory."""
-        self._recycler = Recycler(
-            policy,
-            self._units,
-            self.num_envs,
-            self.autoreset_mode,
-            rss_of=rss_of,
-            # weakly: the recycler is the front's, and a cycle would delay freeing it
-            build_timeout=weak_method(self._build_timeout),
-            stored_options=self._reset_options.stored,
-            fail=self._exchange.fail,
-            break_env=weak_method(self._break),
-        )
-
-    # --- failure policy ----------------------------------------------------------------------
-
-    @property
-    def on_worker_failure(self) -> str:
-        """``"raise"`` or ``"restart"``: what a dead or hung worker leads to."""
-        return self._policy.mode
-
-    @property
-    def max_restarts(self) -> int:
-        """The most restarts over the env's life before failures raise again."""
-        return self._policy.max_restarts
-
-    @property
-    def restarts(self) -> list[RestartRecord]:
-        """Every worker replacement ``on_worker_failure="restart"`` made so far, oldest first,
-        the ones that failed to start included (each counts against ``max_restarts``)."""
-        return self._policy.restarts
-
-    @property
-    def recycles(self) -> list[RestartRecord]:
-        """Every worker replacement that recycling (``recycle_every``, ``worker_max_rss``) made,
-        oldest first; the reason says which and the pids, or ends with ``its replacement
-        failed: ...`` (none counts against ``max_restarts``)."""
-        return [] if self._recycler is None else self._recycler.records
-
-    @property
-    def rebuilds(self) -> list[RestartRecord]:
-        """Every worker that ``reset()`` rebuilt after the vector env broke, oldest first (not
-        restarts: they do not count against ``max_restarts``)."""
-        return self._recovery.rebuilds
-
-    def _build_timeout(self, timeout: float | None) -> float | None:
-        """The bound on building a replacement's envs: ``start_timeout`` when given, else the
-        bound of the call that met the failure."""
-        return self.start_timeout if self.start_timeout is not None else timeout
 
     # --- state checks ------------------------------------------------------------------------
 
@@ -494,6 +204,58 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
         self._state = _State.BROKEN
         self._recovery.broke(units, reason)
 
+    def _fail(self, failures: list[Failure], timeout: float | None) -> NoReturn:
+        """Raise the error of ``failures`` (units that died or hung, not restarted) as the
+        policy says: a death breaks the vector env, a hang leaves it idle (the stuck units'
+        late replies are dropped by seq)."""
+        error, broken = self._policy.error(failures, timeout)
+        if broken:
+            self._break([f.unit.index for f in failures], failures[0].message)
+        else:
+            self._state = _State.IDLE
+        raise error
+
+    def _enter(self, state: _State) -> None:
+        """Enter ``state``: a lock-step call of it went out (pending until :meth:`_settle`),
+        or another state the front's calls lead to. This module is the one writer of the
+        call state (``_state``): the mixins and the backends' classes change it through
+        these methods."""
+        self._state = state
+
+    def _settle(self, state: _State) -> None:
+        """The answers to the call of ``state`` are in, or it raised: idle again, unless it
+        broke the vector env or Ctrl-C interrupted its wait."""
+        if self._state is state:
+            self._state = _State.IDLE
+
+    def _collect(
+        self,
+        state: _State,
+        timeout: float | None = None,
+        only: frozenset[int] | None = None,
+        request: ResetRequest | None = None,
+    ) -> list[Part]:
+        """Wait for the answers to the pending call of ``state`` (``LockstepExchange.collect``)."""
+        try:
+            return self._exchange.collect(state, timeout, only, request)
+        finally:
+            self._settle(state)
+
+    def _answered(
+        self, state: _State, collected: Collected, timeout: float | None, restart: bool
+    ) -> list[Part]:
+        """The parts of the answers a backend's own round trip ``collected`` for the call of
+        ``state`` (``LockstepExchange.parts``)."""
+        try:
+            return self._exchange.parts(state, collected, timeout, restart)
+        finally:
+            self._settle(state)
+
+    def _send_step(self, actions: Any, stored: Stored, per_env: list[Any] | None = None) -> None:
+        """Send the step of ``actions`` (``LockstepExchange.send_step``): pending from now on."""
+        self._exchange.send_step(actions, stored, per_env)
+        self._enter(_State.WAITING_STEP)
+
     # --- reset -------------------------------------------------------------------------------
 
     def reset(
@@ -557,7 +319,7 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
             self._recycler.on_reset(request.seeds, request.mask, self.timeouts.reset)
         self._reset_request = request
         self._exchange.send_reset(request, self._reset_options.payloads(request))
-        self._state = _State.WAITING_RESET
+        self._enter(_State.WAITING_RESET)
         self._first_reset_seed = None  # only once the reset was sent: a refused one keeps it
 
     def seed_first_reset(self, seed: int) -> None:
@@ -605,8 +367,8 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
         payloads = self._reset_options.store_payloads(targets)
         only = frozenset(targets)
         self._exchange.send(Command.SET_RESET_OPTIONS, per_unit=payloads, only=only)
-        self._state = _State.WAITING_CALL
-        self._exchange.collect(_State.WAITING_CALL, None, only)
+        self._enter(_State.WAITING_CALL)
+        self._collect(_State.WAITING_CALL, None, only)
 
     @property
     def reset_options(self) -> tuple[dict[str, Any] | None, ...]:
@@ -628,11 +390,12 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._finish(_State.WAITING_RESET, "reset_wait")
-        parts = self._exchange.collect(_State.WAITING_RESET, timeout)
-        assert self._reset_request is not None
-        self._reset_request.done(self._needs_reset)
+        request = self._reset_request
+        assert request is not None
+        parts = self._collect(_State.WAITING_RESET, timeout, request=request)
+        request.done(self._needs_reset)
         self._reset_request = None
-        return self._obs.out(parts), self._merge_infos(parts)
+        return self._obs.out(parts), self._results.merge_infos(parts)
 
     # --- step --------------------------------------------------------------------------------
 
@@ -666,10 +429,9 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
                 DISABLED) an ended env was not reset; nothing is sent.
         """
         self._begin_step()
+        store = self._exchange.store_actions
         # Validates every leaf before writing any, so a rejected batch changes nothing.
-        stored = BY_VALUE if self._store_actions is None else self._store_actions(actions)
-        self._send_step(actions, stored)
-        self._state = _State.WAITING_STEP
+        self._send_step(actions, BY_VALUE if store is None else store(actions))
 
     def _step_async_values(self, per_env: Sequence[Any]) -> None:
         """Start a step that hands env ``i`` the object ``per_env[i]`` as it is (pickled to its
@@ -685,8 +447,7 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
                 (autoreset DISABLED) an ended env was not reset.
         """
         self._begin_step()
-        self._exchange.send_step(None, BY_VALUE, list(per_env))
-        self._state = _State.WAITING_STEP
+        self._send_step(None, BY_VALUE, list(per_env))
 
     def _begin_step(self, state: _State = _State.WAITING_STEP) -> None:
         self._begin(state)
@@ -714,7 +475,7 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
             WorkerDiedError, WorkerTimeoutError: a worker died or did not answer in time.
         """
         self._finish(_State.WAITING_STEP, "step_wait")
-        return self._step_results(self._exchange.collect(_State.WAITING_STEP, timeout))
+        return self._results.step(self._collect(_State.WAITING_STEP, timeout))
 
     # --- action chunks -----------------------------------------------------------------------
 
@@ -778,8 +539,8 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
             parts = self._chunk_exchange(per_unit) if same else None
             if parts is None:
                 self._exchange.send(Command.STEP_ENVS, per_unit=per_unit)
-                self._state = _State.WAITING_CHUNK
-                parts = self._exchange.collect(_State.WAITING_CHUNK, self.timeouts.chunk(chunk))
+                self._enter(_State.WAITING_CHUNK)
+                parts = self._collect(_State.WAITING_CHUNK, self.timeouts.chunk(chunk))
             return chunks.results(
                 parts,
                 views,
@@ -787,7 +548,7 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
                 all_obs,
                 observations=self._obs.observations,
                 observations_out=self._obs.out,
-                restarted=self._restarted if self._any_restarted else None,
+                restarted=self._exchange.restarted if self._exchange.any_restarted else None,
                 needs_reset=self._needs_reset,
             )
         except BaseException:
@@ -891,17 +652,8 @@ class VectorFront(AsyncCalls, EnvCalls, EnvReconfigure, Suspension, VectorEnvBas
         return RemoteProxy(self)
 
     def _drop_views(self) -> None:
-        # Our own references to the batch arrays; without them a shared block unmaps at once.
-        for name in (
-            "_rewards",
-            "_terminations",
-            "_truncations",
-            "_store_actions",
-            "_info_block",
-            "_obs_slots",
-        ):
-            self.__dict__.pop(name, None)
-        # and the components' (each drops its own)
+        # The components' references to the batch arrays (each drops its own); without them
+        # a shared block unmaps at once.
         for name in ("_chunks", "_async", "_obs", "_exchange", "_results"):
             component = self.__dict__.get(name)
             if component is not None:

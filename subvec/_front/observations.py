@@ -2,9 +2,10 @@
 
 :class:`ObservationBatch` is the component the front owns for them: the batch the units write
 (one of several slots where the backend keeps them, see ``_batch.ObsSlots``), each env's
-observation where it travels by value, and the batch returned to the caller (a view of the
-caller's own slot, a copy, or the batch ``concatenate`` builds). It holds the batch arrays and
-no reference to the front.
+observation where it travels by value (``env_obs``: the other components read it and hand
+what they receive to :meth:`ObservationBatch.keep`, its one writer), and the batch returned to
+the caller (a view of the caller's own slot, a copy, or the batch ``concatenate`` builds). It
+holds the batch arrays and no reference to the front.
 """
 
 from __future__ import annotations
@@ -32,17 +33,15 @@ class ObservationBatch:
     Args:
         batch: the backend's batch arrays.
         space: the single observation space.
-        env_obs: each env's observation where they travel by value (shared with the
-            front's other components, which write into it).
+        num_envs: how many envs.
         copy: whether the caller gets a copy of the batch (else the batch itself).
     """
 
-    def __init__(
-        self, batch: BatchViews, space: Space[Any], env_obs: list[Any], copy: bool
-    ) -> None:
-        n = len(env_obs)
+    def __init__(self, batch: BatchViews, space: Space[Any], num_envs: int, copy: bool) -> None:
+        n = num_envs
         self.space = space
-        self.env_obs = env_obs
+        #: each env's observation where they travel by value
+        self.env_obs: list[Any] = [None] * n
         self.copy = copy
         self.slots = batch.obs_slots
         #: the slot the units write (0: the block's own batch, copied out)
@@ -101,11 +100,11 @@ class ObservationBatch:
     def out(self, parts: Sequence[Part]) -> Any:
         """The batch handed to the caller, the observations of ``parts`` in it."""
         if not self.shared:
-            env_obs = self.env_obs
             for lo, data in parts:
                 if data is not None:
                     for local, value in data.obs or ():
-                        env_obs[lo + local] = value
+                        self.keep(lo + local, value)
+            env_obs = self.env_obs
             if self.split is not None:
                 return self._split_out()
             self.observations = concatenate(self.space, env_obs, self.observations)
@@ -114,6 +113,11 @@ class ObservationBatch:
             obs = self.observations
             return obs.view() if type(obs) is np.ndarray else view_nest(obs)
         return copy_nest(self.observations) if self.copy else self.observations
+
+    def keep(self, env: int, value: Any) -> None:
+        """Keep ``value`` as env ``env``'s by-value observation: what a reset or the next step
+        shows for it."""
+        self.env_obs[env] = value
 
     def _split_out(self) -> Any:
         """A split nest's batch (``_front.results.split_batch``) from the batch the units write."""

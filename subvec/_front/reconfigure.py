@@ -25,6 +25,7 @@ from subvec._commands import Command, ReconfigurePayload
 from subvec._compat import AutoresetMode
 from subvec._front.calls import EnvIds, checked_env_ids
 from subvec._front.exchange import LockstepExchange
+from subvec._front.merge import Part
 from subvec._front.recovery import FailurePolicy
 from subvec._front.setup import Timeouts
 from subvec._front.state import _State
@@ -53,6 +54,13 @@ class EnvReconfigure:
     if TYPE_CHECKING:
 
         def _begin(self, state: _State) -> None: ...
+        def _enter(self, state: _State) -> None: ...
+        def _collect(
+            self,
+            state: _State,
+            timeout: float | None = None,
+            only: frozenset[int] | None = None,
+        ) -> list[Part]: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
 
     def reconfigure(self, env_fns: Sequence[Callable[[], Any]], env_ids: EnvIds = None) -> None:
@@ -107,7 +115,7 @@ class EnvReconfigure:
         only = self._send_reconfigure(blobs, with_factories=True)
         bound = self._build_timeout(self.timeouts.reset)
         try:
-            self._exchange.collect(_State.WAITING_CALL, bound, only)
+            self._collect(_State.WAITING_CALL, bound, only)
         except Exception as exc:
             # Every unit is there to drop what it built when an env raised (all answered) or
             # lost ones were replaced (restart); else the vector env broke or a unit hangs.
@@ -115,7 +123,7 @@ class EnvReconfigure:
                 isinstance(exc, EnvError) or self._policy.can_restart
             ):
                 self._send_reconfigure(blobs, with_factories=False, commit=False)
-                self._exchange.collect(_State.WAITING_CALL, None, only)
+                self._collect(_State.WAITING_CALL, None, only)
             raise
 
     def _swap_envs(self, blobs: Mapping[int, bytes], commit: bool) -> None:
@@ -126,7 +134,7 @@ class EnvReconfigure:
             for backend in self._backends:
                 backend.set_factories(blobs)
         only = self._send_reconfigure(blobs, with_factories=False, commit=commit)
-        self._exchange.collect(_State.WAITING_CALL, None, only)
+        self._collect(_State.WAITING_CALL, None, only)
         if commit and self.autoreset_mode is AutoresetMode.DISABLED:
             self._needs_reset[list(blobs)] = True
 
@@ -147,5 +155,5 @@ class EnvReconfigure:
 
         only = frozenset(targets)
         self._exchange.send(Command.RECONFIGURE, per_unit=per_unit, only=only)
-        self._state = _State.WAITING_CALL
+        self._enter(_State.WAITING_CALL)
         return only

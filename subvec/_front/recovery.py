@@ -27,10 +27,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-import numpy as np
-
 from subvec._backend import Collected, Failure, Outcome, RestartRecord, Unit
 from subvec._commands import ResetPayload, Status, raise_first
+from subvec._front.observations import ObservationBatch
 from subvec._front.options import EnvOptions, EnvResetOptions, ResetRequest, unit_options
 from subvec._front.units import Units
 from subvec.errors import WorkerDiedError, WorkerTimeoutError, add_note, first_line
@@ -176,7 +175,7 @@ class Recovery:
         policy: FailurePolicy,
         units: Units,
         reset_options: EnvResetOptions,
-        env_obs: list[Any] | None,
+        obs: ObservationBatch | None,
         *,
         build_timeout: Callable[[float | None], float | None],
         break_env: Callable[[Iterable[int], str], None],
@@ -184,8 +183,8 @@ class Recovery:
         self._policy = policy
         self._units = units
         self._reset_options = reset_options
-        #: each env's by-value observation (None: observations are in the block)
-        self._env_obs = env_obs
+        #: the observation batch, where observations travel by value (else None)
+        self._obs = obs
         self._build_timeout = build_timeout
         self._break = break_env
         #: units restarted during a call, by index: their reset's outcome, which the next
@@ -261,10 +260,10 @@ class Recovery:
                 continue
             self.pending[index] = outcome
             kept = True
-            if self._env_obs is not None and outcome[0] is Status.OK_PAYLOAD:
+            if self._obs is not None and outcome[0] is Status.OK_PAYLOAD:
                 lo = self._units.unit(index).lo
                 for local, value in outcome[1].obs or ():
-                    self._env_obs[lo + local] = value  # what a reset or the next step shows
+                    self._obs.keep(lo + local, value)
         return kept
 
     def raise_call_error(
@@ -279,13 +278,9 @@ class Recovery:
         raise_first(env_errors)
         raise error
 
-    def take_pending(self, restarted: np.ndarray) -> dict[int, Outcome]:
-        """The units restarted during a call, now reported: their envs flagged in
-        ``restarted``; none pending after."""
+    def take_pending(self) -> dict[int, Outcome]:
+        """The units restarted during a call, now reported; none pending after."""
         pending, self.pending = self.pending, {}
-        for index in pending:
-            unit = self._units.unit(index)
-            restarted[unit.lo : unit.hi] = True
         return pending
 
     def rebuild(self, timeout: float | None) -> list[Unit]:

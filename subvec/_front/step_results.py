@@ -3,20 +3,26 @@
 :class:`StepResults` is the component the front owns for them: the envs a restart cut short
 written over (truncated, no reward), recycling's episode counts and same-step resets, the
 final observations in their places, the observation batch, the infos merged in env order, and
-copies of the flags and rewards. It holds the batch arrays it reads and reaches the front
-through a weak proxy only (whether any env restarted, the recycler, the default timeout):
-holding the front would make a cycle, and a dropped vector env would keep its workers until the
-cycle collector ran.
+copies of the flags and rewards. It holds the batch arrays it reads, and reads the restart
+flags of the exchange (their writer); it holds no reference to the front.
+
+The asynchronous engine's results are here too: each env's held result (:class:`EnvResult`,
+or :data:`STEP_IN_BLOCK` where it is all in the env's rows), and the batch ``recv`` returns
+of them (:func:`batch_of`, :func:`take_rows`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from gymnasium import Space
+from gymnasium.vector.utils import concatenate, create_empty_array
 
 from subvec._batch import BatchViews
+from subvec._commands import UnitReply
 from subvec._compat import AutoresetMode
 from subvec._front.merge import InfoMerger, Part
 from subvec._front.observations import ObservationBatch
@@ -25,18 +31,19 @@ from subvec._front.results import final_obs_parts
 from subvec._front.setup import Timeouts
 from subvec._front.units import Units
 
-__all__ = ["StepFront", "StepResults"]
+if TYPE_CHECKING:
+    from subvec._front.exchange import LockstepExchange
 
-
-class StepFront(Protocol):
-    """What the step's results reach of the front (through a weak proxy)."""
-
-    #: whether the restart bookkeeping has anything to do
-    _any_restarted: bool
-    #: the recycler, where the backend recycles
-    _recycler: Recycler | None
-    #: the bound of a call given none (recycling's same-step resets)
-    timeouts: Timeouts
+__all__ = [
+    "RESET_IN_BLOCK",
+    "STEP_IN_BLOCK",
+    "EnvResult",
+    "InBlock",
+    "StepResults",
+    "batch_of",
+    "copy_row",
+    "take_rows",
+]
 
 
 class StepResults:
@@ -48,10 +55,10 @@ class StepResults:
         units: the front's units.
         obs: the observation batch.
         merger: the info merger of the front's ``info_format``.
-        restarted: the envs a restart cut short (the front's flags, written by the exchange).
+        exchange: the lock-step exchange (the restart flags' writer).
         needs_reset: the envs that ended (autoreset DISABLED refuses to step them).
         autoreset_mode: the vector env's.
-        front: a weak proxy of the front.
+        timeouts: the bound of a call given none (recycling's same-step resets).
     """
 
     def __init__(
@@ -61,10 +68,10 @@ class StepResults:
         units: Units,
         obs: ObservationBatch,
         merger: InfoMerger,
-        restarted: np.ndarray,
+        exchange: LockstepExchange,
         needs_reset: np.ndarray,
         autoreset_mode: AutoresetMode,
-        front: StepFront,
+        timeouts: Timeouts,
     ) -> None:
         self.rewards = batch.rewards
         self.terminations = batch.terminations
@@ -74,10 +81,12 @@ class StepResults:
         self.units = units
         self.obs = obs
         self.merger = merger
-        self.restarted = restarted
+        self.exchange = exchange
         self.needs_reset = needs_reset
         self.disabled = autoreset_mode is AutoresetMode.DISABLED
-        self.front = front
+        self.timeouts = timeouts
+        #: the recycler, where the backend recycles
+        self.recycler: Recycler | None = None
 
     def step(
         self, parts: Sequence[Part]
@@ -86,14 +95,14 @@ class StepResults:
         answers are ``parts`` (the fixed-size results are in the batch arrays already)."""
         # The batch arrays are not kept in this frame: if the merge raises, a traceback the
         # caller keeps would hold them, and through them the shared block, open after close().
-        front = self.front
-        restarted = self.restarted if front._any_restarted else None
+        exchange = self.exchange
+        restarted = exchange.restarted if exchange.any_restarted else None
         if restarted is not None:
             # Their episodes were cut short by the restart: truncated, with no reward.
             self.rewards[restarted] = 0.0
             self.terminations[restarted] = False
             self.truncations[restarted] = True
-        recycler = front._recycler
+        recycler = self.recycler
         if recycler is not None:
             recycler.count_episodes(self.rewards, self.terminations, self.truncations, restarted)
         if self.final_in_block and self.any_ended():  # the final events, in their places
@@ -102,7 +111,7 @@ class StepResults:
             parts = final_obs_parts(parts, self.units.all, ended, restarted, self.final_obs_rows)
         if recycler is not None:
             parts = recycler.same_step(
-                parts, self.terminations, self.truncations, front.timeouts.reset
+                parts, self.terminations, self.truncations, self.timeouts.reset
             )
         obs = self.obs.out(parts)
         infos = self.merge_infos(parts)
@@ -110,6 +119,23 @@ class StepResults:
             np.logical_or(self.terminations, self.truncations, out=self.needs_reset)
         return (
             obs,
+            self.rewards.copy(),
+            self.terminations.copy(),
+            self.truncations.copy(),
+            infos,
+        )
+
+    def in_block(
+        self, infos: dict[str, Any]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """:meth:`step`'s result where it has nothing to add to the block's: every env in a
+        unit whose answer was a plain OK, none restarted or recycled, no final event, the
+        observations one array in the block and ``infos`` merged already (the steady step's
+        short form: on a cheap env the parent's Python is on the critical path)."""
+        obs = self.obs
+        observations = obs.observations
+        return (
+            observations.view() if obs.slot else observations.copy() if obs.copy else observations,
             self.rewards.copy(),
             self.terminations.copy(),
             self.truncations.copy(),
@@ -124,11 +150,81 @@ class StepResults:
 
     def merge_infos(self, parts: Sequence[Part]) -> Any:
         """Merge the info events in env order, as SyncVectorEnv would."""
-        flagged = self.front._any_restarted
-        restarted = np.flatnonzero(self.restarted).tolist() if flagged else []
+        exchange = self.exchange
+        restarted = np.flatnonzero(exchange.restarted).tolist() if exchange.any_restarted else []
         return self.merger.merge(parts, restarted)
 
     def drop_views(self) -> None:
         """Drop the references to the block's arrays (a shared block unmaps without them)."""
         for name in ("rewards", "terminations", "truncations", "final_obs_rows"):
             self.__dict__.pop(name, None)
+
+
+# --- asynchronous batches --------------------------------------------------------------
+
+
+@dataclass
+class EnvResult:
+    """One env's result, copied out of the batch arrays when its unit answered."""
+
+    obs: Any
+    reward: float
+    terminated: bool
+    truncated: bool
+    events: list[dict[str, Any]] = field(default_factory=list)
+    error: BaseException | None = None
+    restarted: bool = False
+
+
+class InBlock:
+    """A held result that is all in its env's rows of the batch arrays (a plain OK: no infos,
+    no error). Nothing overwrites those rows until ``recv`` returns it, since an env is sent
+    nothing new before then, so ``recv`` gathers such results with one fancy index per array
+    instead of copying each env's row out when its unit answers."""
+
+    __slots__ = ("reset",)
+
+    def __init__(self, reset: bool) -> None:
+        self.reset = reset
+
+
+STEP_IN_BLOCK, RESET_IN_BLOCK = InBlock(False), InBlock(True)
+
+
+def take_rows(batch: Any, ids: np.ndarray) -> Any:
+    """The rows ``ids`` of every leaf of ``batch``, copied (an asynchronous batch)."""
+    if isinstance(batch, dict):
+        return {k: take_rows(v, ids) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(take_rows(v, ids) for v in batch)
+    return batch[ids]  # a fancy index: a copy
+
+
+def copy_row(batch: Any, i: int) -> Any:
+    """Row ``i`` of every leaf of ``batch``, copied (one env's held result)."""
+    if isinstance(batch, dict):
+        return {k: copy_row(v, i) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(copy_row(v, i) for v in batch)
+    row = batch[i, ...]  # [i, ...]: a 0-d leaf stays an array, as SyncVectorEnv's iterate
+    return row.copy() if isinstance(row, np.ndarray) else row
+
+
+def batch_of(
+    space: Space[Any], results: Sequence[EnvResult], merger: InfoMerger
+) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+    """The batch of held ``results`` (in their order) under the single observation
+    ``space``, the infos merged by ``merger`` as SyncVectorEnv would."""
+    k = len(results)
+    out = create_empty_array(space, n=k, fn=np.zeros)
+    obs = concatenate(space, [r.obs for r in results], out) if k else out  # type: ignore[arg-type]
+    rewards = np.array([r.reward for r in results], dtype=np.float64)
+    terminations = np.array([r.terminated for r in results], dtype=np.bool_)
+    truncations = np.array([r.truncated for r in results], dtype=np.bool_)
+    parts = [
+        (row, UnitReply([(0, e) for e in r.events], None))
+        for row, r in enumerate(results)
+        if r.events
+    ]
+    restarted = [row for row, r in enumerate(results) if r.restarted]
+    return obs, rewards, terminations, truncations, merger.merge(parts, restarted)

@@ -23,29 +23,34 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 from gymnasium import Space
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+from gymnasium.vector.utils import batch_space
 
 from subvec._backend import Backend, Failure, Outcome, Unit
 from subvec._batch import BatchViews
-from subvec._commands import (
-    Command,
-    Status,
-    StepEnvsPayload,
-    UnitReply,
-)
+from subvec._commands import Command, Status, StepEnvsPayload, UnitReply
 from subvec._compat import AutoresetMode
 from subvec._front.async_stats import AsyncRecorder
 from subvec._front.calls import checked_env_ids
 from subvec._front.merge import InfoMerger, make_merger
+from subvec._front.observations import ObservationBatch
 from subvec._front.options import EnvResetOptions, ResetOptions
 from subvec._front.recovery import FailurePolicy
 from subvec._front.results import events_by_env, obs_by_env, reply_errors, with_final_event
+from subvec._front.step_results import (
+    RESET_IN_BLOCK,
+    STEP_IN_BLOCK,
+    EnvResult,
+    InBlock,
+    batch_of,
+    copy_row,
+    take_rows,
+)
 from subvec._front.units import Units
 from subvec._seeding import SeedArg
 from subvec._spaces import per_env_actions, without_tensors
@@ -60,19 +65,6 @@ _yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
 _IN_BLOCK: Any = object()
 
 
-@dataclass
-class EnvResult:
-    """One env's result, copied out of the batch arrays when its unit answered."""
-
-    obs: Any
-    reward: float
-    terminated: bool
-    truncated: bool
-    events: list[dict[str, Any]] = field(default_factory=list)
-    error: BaseException | None = None
-    restarted: bool = False
-
-
 class _Flight(NamedTuple):
     """A unit's command in flight: a ``"step"`` or a ``"reset"`` of ``envs``, the oldest of
     which was sent its work at ``oldest`` (its place in the send order)."""
@@ -80,38 +72,6 @@ class _Flight(NamedTuple):
     kind: str
     envs: list[int]
     oldest: int
-
-
-class _InBlock:
-    """A held result that is all in its env's rows of the batch arrays (a plain OK: no infos,
-    no error). Nothing overwrites those rows until ``recv`` returns it, since an env is sent
-    nothing new before then, so ``recv`` gathers such results with one fancy index per array
-    instead of copying each env's row out when its unit answers."""
-
-    __slots__ = ("reset",)
-
-    def __init__(self, reset: bool) -> None:
-        self.reset = reset
-
-
-_STEP_IN_BLOCK, _RESET_IN_BLOCK = _InBlock(False), _InBlock(True)
-
-
-def _take_rows(batch: Any, ids: np.ndarray) -> Any:
-    if isinstance(batch, dict):
-        return {k: _take_rows(v, ids) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_take_rows(v, ids) for v in batch)
-    return batch[ids]  # a fancy index: a copy
-
-
-def _copy_row(batch: Any, i: int) -> Any:
-    if isinstance(batch, dict):
-        return {k: _copy_row(v, i) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_copy_row(v, i) for v in batch)
-    row = batch[i, ...]  # [i, ...]: a 0-d leaf stays an array, as SyncVectorEnv's iterate
-    return row.copy() if isinstance(row, np.ndarray) else row
 
 
 @dataclass(frozen=True)
@@ -141,7 +101,7 @@ class AsyncEngine:
         collect_order: the backends in the order they are collected (inline ones first).
         batch: the batch arrays the units write (rewards, flags, observations, action rows).
         final_in_block: whether SAME_STEP final observations are in the block's rows.
-        env_obs: the front's per-env observations when they travel by value (updated here).
+        obs: the front's observation batch (each env's by-value observation kept there).
         needs_reset: the front's per-env "ended, needs a reset" flags (updated here).
         reset_options: the envs' stored options and the reset forms' checks.
         policy: the failure policy (restarts are made through it).
@@ -159,7 +119,7 @@ class AsyncEngine:
         collect_order: Sequence[Backend],
         batch: BatchViews,
         final_in_block: bool,
-        env_obs: list[Any],
+        obs: ObservationBatch,
         needs_reset: np.ndarray,
         reset_options: EnvResetOptions,
         policy: FailurePolicy,
@@ -182,7 +142,7 @@ class AsyncEngine:
         self._refuses_ended = refuses_ended
         self.info_format = info_format
         self.batch_size = batch_size
-        self._env_obs = env_obs
+        self._obs = obs
         self._needs_reset = needs_reset
         self._rewards = batch.rewards
         self._terminations = batch.terminations
@@ -202,7 +162,7 @@ class AsyncEngine:
         self._flight: dict[int, _Flight] = {}  # unit index -> its command in flight
         self._queued: dict[int, dict[int, Any]] = {}  # unit index -> {env: action}
         # the held results; ``recv`` serves them in the order their envs were sent work
-        self._ready: dict[int, EnvResult | _InBlock] = {}
+        self._ready: dict[int, EnvResult | InBlock] = {}
         self._after_restart: dict[int, EnvResult] = {}  # idle envs whose unit was rebuilt
         self._last_ids: np.ndarray | None = None
         # Each env's place in the order envs were sent work (a send, a reset): held results
@@ -246,25 +206,6 @@ class AsyncEngine:
     def _oldest_first(self) -> list[int]:
         """The held envs in the order they were sent their work: the order ``recv`` serves."""
         return sorted(self._ready, key=self._sent_at.__getitem__)
-
-    def env_groups(self, num_groups: int) -> list[list[int]]:
-        """``VectorFront.env_groups``."""
-        units = self._units.all
-        if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
-            raise ValueError(f"num_groups must be a positive int, got {num_groups!r}")
-        if len(units) % num_groups:
-            sizes = sorted({u.hi - u.lo for u in units})
-            raise ValueError(
-                f"{len(units)} units (workers, or the parent's own envs; of {sizes} envs) "
-                f"cannot be split into {num_groups} groups of whole units: a unit steps one "
-                "command at a time, so a group sharing one would wait for the other's step. "
-                f"Build with num_workers a multiple of {num_groups} (envs_per_worker dividing "
-                f"{self.num_envs // num_groups})"
-            )
-        per = len(units) // num_groups
-        return [
-            list(range(units[g * per].lo, units[(g + 1) * per - 1].hi)) for g in range(num_groups)
-        ]
 
     def in_flight_kinds(self) -> list[str]:
         """The commands in flight (``"reset"``, ``"step"``), one per unit; with results
@@ -620,7 +561,7 @@ class AsyncEngine:
         ready = self._ready
         if reset:
             for env in envs:
-                ready[env] = _RESET_IN_BLOCK
+                ready[env] = RESET_IN_BLOCK
             return
         disabled = self.autoreset_mode is AutoresetMode.DISABLED
         final_in_block = self._final_in_block
@@ -632,7 +573,7 @@ class AsyncEngine:
                     continue
                 if disabled:
                     self._needs_reset[env] = ended
-            ready[env] = _STEP_IN_BLOCK
+            ready[env] = STEP_IN_BLOCK
 
     def _materialise(self, envs: Iterable[int]) -> None:
         """Copy the held in-block results of ``envs`` out of the rows (before a restart
@@ -640,17 +581,18 @@ class AsyncEngine:
         ready = self._ready
         for env in envs:
             held = ready.get(env)
-            if isinstance(held, _InBlock):
+            if isinstance(held, InBlock):
                 ready[env] = self._result(env, held.reset, [], {})
 
     def _result(
         self, env: int, reset: bool, events: list[dict[str, Any]], by_value: dict[int, Any]
     ) -> EnvResult:
         if self._obs_shared:
-            obs = _copy_row(self._observations, env)
+            obs = copy_row(self._observations, env)
         else:
-            obs = deepcopy(by_value[env]) if env in by_value else self._env_obs[env]
-            self._env_obs[env] = obs
+            if env in by_value:
+                self._obs.keep(env, deepcopy(by_value[env]))
+            obs = self._obs.env_obs[env]
             split = self._obs_split
             if split is not None:  # obs: its other leaves; the fixed-size ones are in the rows
                 fixed = self._obs_fixed
@@ -685,7 +627,7 @@ class AsyncEngine:
                 [failure],
                 timeout,
                 self._hooks.build_timeout(timeout),
-                self._no_seeds,
+                lambda unit: [None] * (unit.hi - unit.lo),  # fresh entropy
                 self._reset_options.stored,
             )
             if done.error is not None:
@@ -709,10 +651,6 @@ class AsyncEngine:
                 else:  # idle or held: reported when it is next sent an action
                     self._after_restart[env] = result
 
-    @staticmethod
-    def _no_seeds(unit: Unit) -> list[int | None]:
-        return [None] * (unit.hi - unit.lo)
-
     def _take(self, ids: Sequence[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """Return the held results of ``ids`` as one batch (or raise the first's error)."""
         ready = self._ready
@@ -727,11 +665,10 @@ class AsyncEngine:
         merger = self._mergers.get(k)
         if merger is None:
             merger = self._mergers[k] = make_merger(self.info_format, k)
-        if k and all(isinstance(ready[env], _InBlock) for env in ids):
-            resets = [row for row, env in enumerate(ids) if ready[env] is _RESET_IN_BLOCK]
-            for env in ids:
-                del ready[env]
-            obs = _take_rows(self._observations, env_ids)
+        if k and all(isinstance(ready[env], InBlock) for env in ids):
+            # each handed out (popped), the rows of the resets among them
+            resets = [row for row, env in enumerate(ids) if ready.pop(env) is RESET_IN_BLOCK]
+            obs = take_rows(self._observations, env_ids)
             rewards = self._rewards[env_ids]
             terminations = self._terminations[env_ids]
             truncations = self._truncations[env_ids]
@@ -743,22 +680,12 @@ class AsyncEngine:
             results = []
             for env in ids:
                 held = ready.pop(env)
-                if isinstance(held, _InBlock):
+                if isinstance(held, InBlock):
                     held = self._result(env, held.reset, [], {})
                 results.append(held)
-            space = self.single_observation_space
-            out = create_empty_array(space, n=k, fn=np.zeros)
-            obs = concatenate(space, [r.obs for r in results], out) if k else out  # type: ignore[arg-type]
-            rewards = np.array([r.reward for r in results], dtype=np.float64)
-            terminations = np.array([r.terminated for r in results], dtype=np.bool_)
-            truncations = np.array([r.truncated for r in results], dtype=np.bool_)
-            parts = [
-                (row, UnitReply([(0, e) for e in r.events], None))
-                for row, r in enumerate(results)
-                if r.events
-            ]
-            restarted = [row for row, r in enumerate(results) if r.restarted]
-            infos = merger.merge(parts, restarted)
+            obs, rewards, terminations, truncations, infos = batch_of(
+                self.single_observation_space, results, merger
+            )
         self._leave_if_done()
         if self.info_format == "list":
             for row, info in enumerate(infos):

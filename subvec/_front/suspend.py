@@ -23,6 +23,7 @@ import numpy as np
 from subvec._backend import Backend
 from subvec._commands import Command, EnvSnapshot, RestorePayload
 from subvec._front.exchange import LockstepExchange
+from subvec._front.merge import Part
 from subvec._front.setup import Timeouts
 from subvec._front.state import _State
 from subvec._front.units import Units
@@ -39,7 +40,6 @@ class Suspension:
     # The front's, declared for the type checker.
     num_envs: int
     timeouts: Timeouts
-    _state: _State
     _units: Units
     _exchange: LockstepExchange
     _needs_reset: np.ndarray
@@ -50,6 +50,13 @@ class Suspension:
     if TYPE_CHECKING:
 
         def _begin(self, state: _State) -> None: ...
+        def _enter(self, state: _State) -> None: ...
+        def _collect(
+            self,
+            state: _State,
+            timeout: float | None = None,
+            only: frozenset[int] | None = None,
+        ) -> list[Part]: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
         def _assert_open(self) -> None: ...
         def reset(self, *, seed: Any = None, options: Any = None) -> Any: ...
@@ -80,7 +87,7 @@ class Suspension:
         for backend in self._backends:
             backend.suspend(SUSPEND_CLOSE_TIMEOUT)
         self._suspended = (snapshots, ended)
-        self._state = _State.SUSPENDED
+        self._enter(_State.SUSPENDED)
 
     def resume(self) -> None:
         """Start every unit again on its placement (all at once, under
@@ -110,7 +117,7 @@ class Suspension:
             raise
         self._units.refresh()
         self._suspended = None
-        self._state = _State.IDLE
+        self._enter(_State.IDLE)
         self.reset()
         self._restore_envs(snapshots)
         has_state = np.array([s.has_state for s in snapshots], dtype=bool)
@@ -119,8 +126,8 @@ class Suspension:
     def _snapshot_envs(self) -> list[EnvSnapshot]:
         """Every env's snapshot, in env order (the state must be idle)."""
         self._exchange.send(Command.SNAPSHOT)
-        self._state = _State.WAITING_CALL
-        parts = self._exchange.collect(_State.WAITING_CALL, None)
+        self._enter(_State.WAITING_CALL)
+        parts = self._collect(_State.WAITING_CALL, None)
         snapshots: list[EnvSnapshot] = []
         for _, data in parts:
             snapshots.extend(data)
@@ -131,5 +138,5 @@ class Suspension:
         self._exchange.send(
             Command.RESTORE, per_unit=lambda u: RestorePayload(snapshots[u.lo : u.hi])
         )
-        self._state = _State.WAITING_CALL
-        self._exchange.collect(_State.WAITING_CALL, None)
+        self._enter(_State.WAITING_CALL)
+        self._collect(_State.WAITING_CALL, None)
