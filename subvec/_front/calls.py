@@ -27,15 +27,9 @@ __all__ = ["EnvCalls", "EnvIds"]
 EnvIds = Sequence[int] | np.ndarray | None
 
 
-class EnvCalls:
-    """The calls and attributes of :class:`subvec._front.front.VectorFront` (a mixin)."""
-
-    # The front's, declared for the type checker.
-    num_envs: int
-    _units: Units
-    _call_ids: list[int] | None
-    _call_units: frozenset[int] | None
-    _exchange: LockstepExchange
+class CallSteps:
+    """The front's steps of one call, which its mixins (:class:`EnvCalls`, ``EnvReconfigure``,
+    ``Suspension``) drive: declared here for the type checker; ``VectorFront`` defines them."""
 
     if TYPE_CHECKING:
 
@@ -47,6 +41,20 @@ class EnvCalls:
             timeout: float | None = None,
             only: frozenset[int] | None = None,
         ) -> list[Part]: ...
+
+
+class EnvCalls(CallSteps):
+    """The calls and attributes of :class:`subvec._front.front.VectorFront` (a mixin)."""
+
+    # The front's, declared for the type checker.
+    num_envs: int
+    _units: Units
+    _call_ids: list[int] | None
+    _call_units: frozenset[int] | None
+    _exchange: LockstepExchange
+
+    if TYPE_CHECKING:
+
         def _finish(self, state: _State, method: str) -> None: ...
 
     def call_async(self, name: str, /, *args: Any, env_ids: EnvIds = None, **kwargs: Any) -> None:

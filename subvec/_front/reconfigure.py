@@ -23,9 +23,8 @@ import numpy as np
 from subvec._backend import Backend, Unit
 from subvec._commands import Command, ReconfigurePayload
 from subvec._compat import AutoresetMode
-from subvec._front.calls import EnvIds, checked_env_ids
+from subvec._front.calls import CallSteps, EnvIds, checked_env_ids
 from subvec._front.exchange import LockstepExchange
-from subvec._front.merge import Part
 from subvec._front.recovery import FailurePolicy
 from subvec._front.setup import Timeouts
 from subvec._front.state import _State
@@ -36,7 +35,7 @@ from subvec.errors import EnvError
 __all__ = ["EnvReconfigure"]
 
 
-class EnvReconfigure:
+class EnvReconfigure(CallSteps):
     """``reconfigure`` of :class:`subvec._front.front.VectorFront` (a mixin)."""
 
     # The front's, declared for the type checker.
@@ -53,14 +52,6 @@ class EnvReconfigure:
 
     if TYPE_CHECKING:
 
-        def _begin(self, state: _State) -> None: ...
-        def _enter(self, state: _State) -> None: ...
-        def _collect(
-            self,
-            state: _State,
-            timeout: float | None = None,
-            only: frozenset[int] | None = None,
-        ) -> list[Part]: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
 
     def reconfigure(self, env_fns: Sequence[Callable[[], Any]], env_ids: EnvIds = None) -> None:

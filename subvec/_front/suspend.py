@@ -22,8 +22,8 @@ import numpy as np
 
 from subvec._backend import Backend
 from subvec._commands import Command, EnvSnapshot, RestorePayload
+from subvec._front.calls import CallSteps
 from subvec._front.exchange import LockstepExchange
-from subvec._front.merge import Part
 from subvec._front.setup import Timeouts
 from subvec._front.state import _State
 from subvec._front.units import Units
@@ -34,7 +34,7 @@ __all__ = ["Suspension"]
 SUSPEND_CLOSE_TIMEOUT = 10.0
 
 
-class Suspension:
+class Suspension(CallSteps):
     """``suspend`` and ``resume`` of :class:`subvec._front.front.VectorFront` (a mixin)."""
 
     # The front's, declared for the type checker.
@@ -49,14 +49,6 @@ class Suspension:
 
     if TYPE_CHECKING:
 
-        def _begin(self, state: _State) -> None: ...
-        def _enter(self, state: _State) -> None: ...
-        def _collect(
-            self,
-            state: _State,
-            timeout: float | None = None,
-            only: frozenset[int] | None = None,
-        ) -> list[Part]: ...
         def _build_timeout(self, timeout: float | None) -> float | None: ...
         def _assert_open(self) -> None: ...
         def reset(self, *, seed: Any = None, options: Any = None) -> Any: ...
