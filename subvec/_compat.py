@@ -273,19 +273,26 @@ def default_autoreset_mode(info_format: str) -> AutoresetMode:
     return AutoresetMode.NEXT_STEP
 
 
-def check_modes(info_format: str, mode: AutoresetMode) -> None:
+def check_modes(info_format: str, mode: AutoresetMode, *, freeze: bool = False) -> None:
     """Refuse what the installed gymnasium's vector envs cannot do: on 0.29, any autoreset
     but the same step's, and 1.x's infos.
 
     Args:
         info_format: the vector env's ``info_format``.
         mode: its autoreset mode.
+        freeze: whether ``freeze=True`` asked for the mode (DISABLED), to name it.
 
     Raises:
         ValueError: on gymnasium 0.29, naming the installed version and what to do.
     """
     if not GYM_029:
         return
+    if freeze and mode is AutoresetMode.DISABLED:
+        raise ValueError(
+            f"freeze=True keeps ended envs until the caller resets them (autoreset_mode "
+            f"DISABLED), which needs gymnasium >= 1.0; {_INSTALLED}, whose vector envs reset "
+            "in the same step: leave freeze out, or upgrade gymnasium"
+        )
     if mode is not AutoresetMode.SAME_STEP:
         raise ValueError(
             f"autoreset_mode={mode.value!r} needs gymnasium >= 1.0 (1.1 for SAME_STEP and "

@@ -39,6 +39,7 @@ every mode included.
 from __future__ import annotations
 
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,12 +200,14 @@ def final_obs_store(rows: np.ndarray) -> Callable[[Any, int], bool]:
 
 def snapshot(value: Any) -> Any:
     """A copy of an observation or info as it is now: arrays copied, dicts, tuples and lists
-    rebuilt, anything else (their subclasses too) as it is: what SyncVectorEnv copies when it
-    batches an info."""
+    rebuilt (an ``OrderedDict`` too: gymnasium 0.29's Dict observations), anything else (their
+    subclasses too) as it is: what SyncVectorEnv copies when it batches an info."""
     if type(value) is np.ndarray:
         return value.copy()
     if type(value) is dict:
         return {key: snapshot(item) for key, item in value.items()}
+    if type(value) is OrderedDict:
+        return OrderedDict((key, snapshot(item)) for key, item in value.items())
     if type(value) is tuple or type(value) is list:
         return type(value)(snapshot(item) for item in value)
     return value

@@ -9,13 +9,20 @@ oracle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import gymnasium as gym
 import pytest
 
-from subvec._compat import GYM_029, GYM_VERSION, NAMES_AUTORESET_MODE, AutoresetMode
+from subvec._compat import (
+    DEFAULT_INFO_FORMAT,
+    GYM_029,
+    GYM_VERSION,
+    NAMES_AUTORESET_MODE,
+    AutoresetMode,
+    default_autoreset_mode,
+)
 
 #: the modes the installed gymnasium's SyncVectorEnv has
 ORACLE_MODES = (
@@ -23,6 +30,41 @@ ORACLE_MODES = (
     if NAMES_AUTORESET_MODE
     else {AutoresetMode.SAME_STEP if GYM_029 else AutoresetMode.NEXT_STEP}
 )
+
+
+#: the autoreset modes subvec offers on the installed gymnasium (0.29's vector envs reset in
+#: the same step only: subvec refuses the others there, naming the version)
+OFFERED_MODES = frozenset({AutoresetMode.SAME_STEP}) if GYM_029 else frozenset(AutoresetMode)
+#: the info formats subvec offers on the installed gymnasium (0.29 has not 1.x's layout)
+OFFERED_FORMATS = frozenset({"legacy", "list"} if GYM_029 else {"gymnasium", "legacy", "list"})
+#: a vector env's mode where none is asked for (0.29: the same step's; 1.x: the next step's)
+DEFAULT_MODE = default_autoreset_mode(DEFAULT_INFO_FORMAT)
+#: where a same-step reset puts the ended episode's last observation in the infos
+FINAL_OBS = "final_observation" if GYM_029 else "final_obs"
+_INSTALLED = f"gymnasium {'.'.join(map(str, GYM_VERSION))} is installed"
+
+
+def require_offered(autoreset_mode: Any = None, info_format: str | None = None) -> None:
+    """Skip the test where subvec refuses ``autoreset_mode`` or ``info_format`` on the
+    installed gymnasium (tests/test_gym029.py checks the refusals themselves)."""
+    if autoreset_mode is not None and AutoresetMode(autoreset_mode) not in OFFERED_MODES:
+        pytest.skip(f"{_INSTALLED}: subvec refuses {AutoresetMode(autoreset_mode)} there")
+    if info_format is not None and info_format not in OFFERED_FORMATS:
+        pytest.skip(f"{_INSTALLED}: subvec refuses info_format={info_format!r} there")
+
+
+def offered_modes(modes: Iterable[AutoresetMode] = AutoresetMode) -> list[Any]:
+    """``modes`` as ``parametrize`` values, those subvec refuses on the installed gymnasium
+    marked to skip, saying why."""
+    return [
+        pytest.param(
+            mode,
+            marks=pytest.mark.skipif(
+                mode not in OFFERED_MODES, reason=f"{_INSTALLED}: subvec refuses {mode} there"
+            ),
+        )
+        for mode in modes
+    ]
 
 
 def require_oracle(autoreset_mode: Any) -> None:

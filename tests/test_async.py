@@ -19,7 +19,7 @@ from subvec._compat import AutoresetMode
 from subvec._inproc import InProcessVectorEnv
 from tests.envs import CrashEnv, ZooEnv, make_zoo
 from tests.helpers import assert_same
-from tests.oracle import sync_vector_env
+from tests.oracle import require_offered, sync_vector_env
 
 SEED = 11
 
@@ -119,6 +119,7 @@ CASES = [
 def test_each_envs_trajectory_matches_sync(
     layout: dict[str, Any], mode: AutoresetMode, info_format: str, batch_size: int, space: str
 ) -> None:
+    require_offered(mode, info_format)
     num_envs, steps = 5, 12
     fns = [make_zoo(space) for _ in range(num_envs)]
     rng = np.random.default_rng(3)
@@ -457,6 +458,7 @@ def test_lock_step_calls_while_in_flight_say_drain_and_send_refuses_bad_ids() ->
 
 @pytest.mark.timeout(60)
 def test_disabled_mode_refuses_ended_envs_until_reset() -> None:
+    require_offered(AutoresetMode.DISABLED)
     fns = [lambda: ZooEnv(max_steps=1)] * 2
     envs = SubprocVectorEnv(fns, num_workers=1, autoreset_mode="disabled")
     try:
@@ -509,8 +511,9 @@ def test_image_observations_and_slots_after_async() -> None:
     def fn() -> ZooEnv:
         return ZooEnv(image, max_steps=10**6, terminate_prob=0.2)
 
+    # the installed gymnasium's default mode (0.29: the same step's), the oracle's too
     envs = SubprocVectorEnv([fn] * 4, num_workers=2, batch_size=2)
-    oracle = sync_vector_env([fn] * 4, autoreset_mode=AutoresetMode.NEXT_STEP)
+    oracle = sync_vector_env([fn] * 4, autoreset_mode=envs.autoreset_mode)
     try:
         assert envs.block_plan.obs_slots > 0
         assert_same(envs.reset(seed=5), oracle.reset(seed=5), "lock-step reset")

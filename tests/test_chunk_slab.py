@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from subvec._compat import AutoresetMode
+from subvec._compat import DEFAULT_INFO_FORMAT, AutoresetMode
 from subvec._front.merge import merge_chunk_infos
 from subvec._process.chunks import scalar_rows
 from subvec._slab import ChunkArrays, EnvSlab, SlabArrays
@@ -93,7 +93,8 @@ class ChunkHarness:
             obs = np.stack([np.stack([self.sub[i, j] for j in range(k)]) for i in range(self.n)])
         else:
             obs = np.stack([self.last[i] for i in range(self.n)])
-        infos = merge_chunk_infos("gymnasium", result.infos, self.n, k, out.steps)
+        # the installed gymnasium's own layout, as its SyncVectorEnv (the oracle) gives
+        infos = merge_chunk_infos(DEFAULT_INFO_FORMAT, result.infos, self.n, k, out.steps)
         return obs, out.rewards, out.terminations, out.truncations, infos
 
 

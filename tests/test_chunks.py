@@ -16,16 +16,17 @@ from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError
 
 from subvec import EnvError, SubprocVectorEnv, WorkerDiedError
-from subvec._compat import AutoresetMode
+from subvec._compat import GYM_029, AutoresetMode
 from subvec._process import wake as _wake
 from subvec._process.shm import list_segments
 from tests.chunks import Oracle, check_chunk, sample_chunks
 from tests.envs import CrashEnv, ZooEnv
+from tests.oracle import DEFAULT_MODE, offered_modes, require_offered
 from tests.vectorisers import check_built_as_asked, make_vector_env
 
 pytestmark = pytest.mark.timeout(60)
 
-MODES = list(AutoresetMode)
+MODES = offered_modes()
 LAYOUTS = ["workers", "single_worker", "parent_envs", "pipes", "in_process"]
 OBS = spaces.Box(0, 9, shape=(2, 3), dtype=np.float32)
 BOX_ACT = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
@@ -90,7 +91,7 @@ def test_box_actions_and_infos_match_sync_per_env(mode: AutoresetMode) -> None:
 
 def test_steps_and_chunks_interleave_on_one_trajectory() -> None:
     fns = [_cartpole] * 4
-    mode = AutoresetMode.NEXT_STEP
+    mode = DEFAULT_MODE
     oracle = Oracle(fns, mode)
     rng = np.random.default_rng(0)
     with SubprocVectorEnv(fns, num_workers=2, autoreset_mode=mode) as envs:
@@ -115,7 +116,7 @@ def test_chunks_of_one_kind_in_a_row_each_run_their_own_actions(vectoriser: str)
     every call's actions still land, and a change of kind in between (the actions' dtype,
     stop_on_done, K, all_obs) is taken up and then left again."""
     fns = [_cartpole] * 4
-    mode = AutoresetMode.NEXT_STEP
+    mode = DEFAULT_MODE
     oracle = Oracle(fns, mode)
     kinds = [(8, np.int64, False, False)] * 3 + [
         (8, np.int32, False, False),  # not the space's dtype: the actions in the command
@@ -149,7 +150,15 @@ def test_infos_gain_the_chunk_axis() -> None:
         for _ in range(10):
             _, _, terms, truncs, infos = envs.step_chunk(np.ones((2, 8), dtype=np.int64))
             assert infos["chunk_steps"].tolist() == [8, 8]
-            if "episode" in infos:
+            if GYM_029 and "final_info" in infos:  # the same step's reset: in final_info
+                mask = infos["_final_info"]
+                assert mask.shape == (2, 8)
+                np.testing.assert_array_equal(mask, terms | truncs)
+                assert all(
+                    infos["final_info"][i, k]["episode"]["l"] > 0 for i, k in zip(*mask.nonzero())
+                )
+                ended += int(mask.sum())
+            elif "episode" in infos:
                 mask = infos["_episode"]
                 assert mask.shape == (2, 8)
                 np.testing.assert_array_equal(mask, terms | truncs)
@@ -185,7 +194,7 @@ def test_stats_count_sub_steps_as_steps() -> None:
         assert steps == 4 + int(infos["chunk_steps"].sum())
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+@pytest.mark.parametrize("mode", offered_modes([AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]))
 def test_chunks_through_the_futex_protocol(
     monkeypatch: pytest.MonkeyPatch, mode: AutoresetMode
 ) -> None:
@@ -242,6 +251,7 @@ def test_step_chunk_while_envs_are_in_flight_asks_to_drain() -> None:
 
 
 def test_disabled_refuses_an_ended_env_until_reset() -> None:
+    require_offered(AutoresetMode.DISABLED)
     fns = [lambda: ZooEnv(OBS, BOX_ACT, max_steps=2, terminate_prob=0.0)] * 2
     with SubprocVectorEnv(fns, num_workers=1, autoreset_mode="Disabled") as envs:
         envs.reset(seed=0)
@@ -325,9 +335,12 @@ def test_a_worker_death_mid_chunk_restarts_at_the_sub_step_it_was_lost() -> None
         assert infos["chunk_steps"].tolist() == [2, 2, 2, 2]
 
 
-def test_legacy_and_list_info_formats_carry_the_chunk() -> None:
-    """The legacy layout gains the chunk axis; the list layout gives each env its sub-steps."""
-    fns = [lambda: ZooEnv(OBS, BOX_ACT, max_steps=3, terminate_prob=0.0, quiet=True)] * 2
+def _three_step_quiet_zoo() -> ZooEnv:
+    return ZooEnv(OBS, BOX_ACT, max_steps=3, terminate_prob=0.0, quiet=True)
+
+
+def test_the_legacy_info_format_gains_the_chunk_axis() -> None:
+    fns = [_three_step_quiet_zoo] * 2
     actions = np.zeros((2, 5, 2), np.float32)
     with SubprocVectorEnv(fns, num_workers=1, info_format="legacy") as envs:
         envs.reset(seed=0)
@@ -338,9 +351,17 @@ def test_legacy_and_list_info_formats_carry_the_chunk() -> None:
         assert mask.shape == (2, 5) and np.array_equal(mask, truncs)
         assert infos["final_observation"][0, 2].shape == (2, 3)
         assert infos["chunk_steps"].tolist() == [5, 5]
-    with SubprocVectorEnv(fns, num_workers=1, info_format="list") as envs:
+
+
+def test_the_list_info_format_gives_each_env_its_sub_steps() -> None:
+    require_offered(AutoresetMode.NEXT_STEP)
+    fns = [_three_step_quiet_zoo] * 2
+    actions = np.zeros((2, 5, 2), np.float32)
+    with SubprocVectorEnv(
+        fns, num_workers=1, info_format="list", autoreset_mode="NextStep"
+    ) as envs:
         envs.reset(seed=0)
-        _, _, _, truncs, infos = envs.step_chunk(actions, stop_on_done=True)
+        *_, infos = envs.step_chunk(actions, stop_on_done=True)
         assert [info["chunk_steps"] for info in infos] == [3, 3]
         assert [info["infos"] for info in infos] == [[{}, {}, {}]] * 2  # a quiet env
         # NEXT_STEP: the next chunk begins with the reset step, and its reset info

@@ -37,7 +37,7 @@ from tests.envs import (
     space_zoo,
 )
 from tests.helpers import assert_same
-from tests.oracle import sync_vector_env
+from tests.oracle import require_offered, sync_vector_env
 from tests.vectorisers import NEEDS_RAY, PROCESS, SLOW_TO_START, VECTORISERS
 
 STEPS = 40
@@ -133,6 +133,7 @@ def run_side_by_side(
     ``make(fns, **kwargs)`` builds the vector env under test; with ``info_format`` "list" or
     "legacy" its infos are compared with those the oracle's envs returned, in that format.
     """
+    require_offered(mode, info_format)
     assert info_format in FORMATS[mode], (info_format, mode)
     logs: list[list[Any]] = [[] for _ in fns]
     if info_format == "gymnasium" or (GYM_029 and info_format == "legacy"):

@@ -17,6 +17,7 @@ import pytest
 from subvec import EnvError, SubprocVectorEnv, WorkerDiedError
 from subvec._compat import GYM_VERSION, AutoresetMode
 from tests.envs import CrashEnv, OptionsEnv, ZooEnv
+from tests.oracle import FINAL_OBS, offered_modes
 
 #: what a reset mask that is no numpy array raises: gymnasium 1.4's TypeError, an assert before
 RESET_MASK_TYPE_ERROR = TypeError if GYM_VERSION >= (1, 4, 0) else AssertionError
@@ -184,7 +185,7 @@ def test_a_list_of_options_gives_each_env_its_own(shared_memory: bool) -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", offered_modes(), ids=lambda m: m.value)
 def test_stored_options_drive_every_autoreset_mode(mode: AutoresetMode) -> None:
     envs = SubprocVectorEnv([_options_env] * 5, autoreset_mode=mode, **LAYOUT)
     try:
@@ -201,7 +202,7 @@ def test_stored_options_drive_every_autoreset_mode(mode: AutoresetMode) -> None:
         if mode is AutoresetMode.SAME_STEP:
             assert _levels(obs) == want  # reset in this step
             assert list(infos["level"]) == want
-            assert [int(o[0]) for o in infos["final_obs"]] == [-1] * 5
+            assert [int(o[0]) for o in infos[FINAL_OBS]] == [-1] * 5
         elif mode is AutoresetMode.NEXT_STEP:
             assert _levels(obs) == [-1] * 5
             obs, rew, _, trunc, infos = envs.step(actions)  # reset instead of stepped
@@ -228,7 +229,7 @@ def test_stored_options_drive_every_autoreset_mode(mode: AutoresetMode) -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", offered_modes(), ids=lambda m: m.value)
 def test_stored_options_survive_a_worker_restart(mode: AutoresetMode) -> None:
     envs = SubprocVectorEnv(
         [_options_env] * 5, autoreset_mode=mode, on_worker_failure="restart", **LAYOUT
@@ -274,7 +275,7 @@ def test_a_restart_during_a_reset_resets_with_that_resets_options() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", offered_modes(), ids=lambda m: m.value)
 def test_a_recycled_worker_resets_with_the_stored_options(mode: AutoresetMode) -> None:
     # One env per worker (recycling's layout); each worker is replaced after every episode.
     envs = SubprocVectorEnv([_options_env] * 3, autoreset_mode=mode, recycle_every=1)

@@ -57,6 +57,7 @@ from tests.failure_checks import (
     check_lost_unit_raises_and_reset_rebuilds_it,
 )
 from tests.helpers import assert_same, gone, wait_until
+from tests.oracle import require_offered
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -781,6 +782,7 @@ def test_an_info_int_beyond_int64_is_a_clear_error_as_sync_fails(
     # gymnasium's merge stores ints in an int64 array: SyncVectorEnv raises a bare
     # OverflowError. The same type here, naming the env and the key; the list format keeps
     # the int as it is. The next step (plain ints again) goes through.
+    require_offered(info_format=info_format)
     fns = [
         lambda: BigIntInfoEnv(1, nested, max_steps=10**6, terminate_prob=0.0),
         lambda: BigIntInfoEnv(value, nested, max_steps=10**6, terminate_prob=0.0),

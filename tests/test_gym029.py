@@ -35,8 +35,9 @@ def _cartpoles(n: int = 4) -> list[Any]:
         ({"autoreset_mode": "Disabled"}, "autoreset_mode='Disabled' needs gymnasium >= 1.0"),
         ({"info_format": "gymnasium"}, "info_format='gymnasium' is gymnasium 1.x's"),
         ({"observation_mode": "different"}, "observation_mode='different' needs gymnasium"),
+        ({"freeze": True}, "freeze=True keeps ended envs until the caller resets them"),
     ],
-    ids=["next_step", "disabled", "gymnasium_infos", "observation_mode"],
+    ids=["next_step", "disabled", "gymnasium_infos", "observation_mode", "freeze"],
 )
 def test_what_029_has_not_is_refused_naming_the_version(kwargs: dict[str, Any], words: str) -> None:
     with pytest.raises(ValueError, match=words) as info:

@@ -23,6 +23,7 @@ from ray.util.placement_group import placement_group_table  # noqa: E402
 
 from subvec._compat import AutoresetMode  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
+from tests.oracle import DEFAULT_MODE  # noqa: E402
 from tests.test_chunks import run_against_oracle  # noqa: E402
 from tests.test_conformance import _zoo_fns, run_side_by_side  # noqa: E402
 
@@ -73,7 +74,7 @@ def test_chunks_across_two_nodes_match_sync_per_env(cluster: Cluster) -> None:
     make = functools.partial(
         RayVectorEnv, address=cluster.address, placement="strict_spread", start_timeout=60
     )
-    with make(fns, autoreset_mode=AutoresetMode.NEXT_STEP) as envs:
+    with make(fns, autoreset_mode=DEFAULT_MODE) as envs:
         assert len({r.node_id for r in envs.placement}) == 2
-        inside = run_against_oracle(envs, fns, AutoresetMode.NEXT_STEP, [3, 8, 8, 8, 8])
+        inside = run_against_oracle(envs, fns, DEFAULT_MODE, [3, 8, 8, 8, 8])
     assert inside >= 1

@@ -17,6 +17,7 @@ from subvec import SubprocVectorEnv
 from subvec._inproc import InProcessVectorEnv
 from tests import vla_checks as checks
 from tests.helpers import assert_same, load_script
+from tests.oracle import DEFAULT_MODE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -197,7 +198,7 @@ with_parent_envs = functools.partial(SubprocVectorEnv, num_workers=1, parent_env
 def test_reconfigure_and_suspend_with_parent_envs() -> None:
     checks.check_reconfigure_all_and_some(with_parent_envs, worker_pids)
     checks.check_suspend_resume_continues_with_the_state_hook(
-        with_parent_envs, worker_pids, autoreset_mode="NextStep"
+        with_parent_envs, worker_pids, autoreset_mode=DEFAULT_MODE
     )
     checks.check_freeze_step_and_masked_reset(with_parent_envs)
 

@@ -63,6 +63,13 @@ __all__ = ["EnvIds", "ResetOptions", "VectorFront"]
 
 _Front = TypeVar("_Front", bound="VectorFront")
 
+#: keywords of gymnasium 0.29's AsyncVectorEnv that subvec does not take, and what to do
+_SPACE_HINT = (
+    "gymnasium 0.29's AsyncVectorEnv took the spaces; subvec reads them from the envs (each "
+    "env's checked against env 0's): drop it"
+)
+_FOREIGN_KEYWORDS = {"observation_space": _SPACE_HINT, "action_space": _SPACE_HINT}
+
 #: after Ctrl-C interrupted a call, how long the next call waits for the units still running
 #: it before it says so
 INTERRUPTED_NOTICE_S = 1.0
@@ -88,7 +95,12 @@ class VectorFront(FrontStart, AsyncCalls, EnvCalls, EnvReconfigure, Suspension, 
         # Python's own message for a mistyped option names no alternative; this one names
         # the closest option, as make_vec and the SB3 face do, before anything starts.
         if not accepts_any_keyword(cls):
-            check_kwargs(kwargs, ("env_fns", *options_of(cls)), f"{public_name(cls)}()")
+            check_kwargs(
+                kwargs,
+                ("env_fns", *options_of(cls)),
+                f"{public_name(cls)}()",
+                hints=_FOREIGN_KEYWORDS,
+            )
         return super().__new__(cls)
 
     # --- state checks ------------------------------------------------------------------------

@@ -238,10 +238,11 @@ def parse_autoreset(mode: str | AutoresetMode) -> AutoresetMode:
 
 
 def check_info_format(
-    info_format: str, autoreset_mode: str | AutoresetMode | None
+    info_format: str, autoreset_mode: str | AutoresetMode | None, *, freeze: bool = False
 ) -> AutoresetMode:
     """The autoreset mode for ``info_format`` (None: the installed gymnasium's default,
     ``_compat.default_autoreset_mode``; SAME_STEP is the legacy format's only mode).
+    ``freeze``: ``freeze=True`` asked for the mode (to name it in a refusal).
 
     Raises:
         ValueError: an unknown info format or autoreset mode, or the legacy format with
@@ -254,7 +255,7 @@ def check_info_format(
     if autoreset_mode is None:
         autoreset_mode = default_autoreset_mode(info_format)
     mode = parse_autoreset(autoreset_mode)
-    check_modes(info_format, mode)
+    check_modes(info_format, mode, freeze=freeze)
     if info_format == "legacy" and mode is not AutoresetMode.SAME_STEP:
         raise ValueError(
             "info_format='legacy' reproduces gymnasium 0.29, which reset envs in the same "

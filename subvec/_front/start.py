@@ -99,7 +99,7 @@ class FrontStart:
         self.batch_size = check_batch_size(batch_size, num_envs)
         if freeze and autoreset_mode is None:
             autoreset_mode = AutoresetMode.DISABLED  # what freezing ended envs means
-        self.autoreset_mode = check_info_format(info_format, autoreset_mode)
+        self.autoreset_mode = check_info_format(info_format, autoreset_mode, freeze=bool(freeze))
         #: ended envs are not stepped again until reset (``EnvSlab``'s freeze; DISABLED)
         self.freeze = check_freeze(freeze, self.autoreset_mode)
         #: whether stepping an ended env is refused (DISABLED without freeze)
