@@ -31,19 +31,17 @@ from subvec._compat import BatchDict
 
 __all__ = [
     "BY_VALUE",
-    "ChunkBatch",
-    "ChunkChecker",
     "LeafSpec",
     "ObsSplit",
     "Stored",
     "batch_setter",
     "build_views",
     "check_batch_layout",
-    "chunk_actions",
-    "chunk_reader",
     "fixed_leaves",
+    "flatten_actions",
     "is_shareable",
     "leaf_specs",
+    "path_text",
     "row_reader",
     "row_writer",
     "tensor_as_array",
@@ -285,7 +283,8 @@ class ObservationShapeError(ValueError):
     """An env returned an observation whose shape does not match its space."""
 
 
-def _describe(path: tuple[str | int, ...]) -> str:
+def path_text(path: tuple[str | int, ...]) -> str:
+    """A leaf's path in a nest as an index expression, ``['pos'][0]`` (empty for the root)."""
     return "".join(f"[{p!r}]" for p in path)
 
 
@@ -321,7 +320,7 @@ def _row_writer(
         def write_tuple(obs: Any, row: int) -> None:
             if len(obs) != len(tparts):
                 raise ObservationShapeError(
-                    f"env {env_offset + row}: observation{_describe(path)} has {len(obs)} "
+                    f"env {env_offset + row}: observation{path_text(path)} has {len(obs)} "
                     f"elements, expected {len(tparts)} for {space}"
                 )
             for write, item in zip(tparts, obs):
@@ -337,7 +336,7 @@ def _row_writer(
         value = obs if type(obs) is np.ndarray else np.asarray(obs)
         if value.shape != expected:
             raise ObservationShapeError(
-                f"env {env_offset + row}: observation{_describe(path)} has shape {value.shape}, "
+                f"env {env_offset + row}: observation{path_text(path)} has shape {value.shape}, "
                 f"expected {expected} (dtype {array.dtype}) from {space}"
             )
         if value.dtype == dtype:
@@ -348,7 +347,7 @@ def _row_writer(
             np.copyto(array[row, ...], value, casting="same_kind")
         except TypeError as exc:
             raise TypeError(
-                f"env {env_offset + row}: observation{_describe(path)} of dtype {value.dtype} "
+                f"env {env_offset + row}: observation{path_text(path)} of dtype {value.dtype} "
                 f"cannot be cast to the space's dtype {array.dtype}: {exc}"
             ) from None
 
@@ -422,11 +421,11 @@ def batch_setter(
 
     def store(actions: Any) -> Stored:
         check_batch_layout(space, actions, num_envs)  # never transpose per-env tuples
-        given = list(_flatten_actions(space, actions, ()))
+        given = list(flatten_actions(space, actions, ()))
         targets: list[np.ndarray] = []
         odd = False
         for k, (spec, value) in enumerate(zip(leaves, given)):
-            where = f"actions{_describe(spec.path)}"
+            where = f"actions{path_text(spec.path)}"
             tensor = None
             if type(value) is not np.ndarray:
                 # A CPU torch tensor goes in the block in the space's dtype: the envs get
@@ -509,7 +508,7 @@ def _untensor(space: spaces.Space[Any], actions: Any, path: Path) -> Any:
         return type(actions)(items)
     if not is_shareable(space):
         return actions
-    array = tensor_as_array(actions, np.dtype(space.dtype), f"actions{_describe(path)}")
+    array = tensor_as_array(actions, np.dtype(space.dtype), f"actions{path_text(path)}")
     return actions if array is None else array.astype(space.dtype, copy=False)
 
 
@@ -521,27 +520,35 @@ def _check_device(tensor: Any, where: str) -> None:
         )
 
 
-def _flatten_actions(
+def flatten_actions(
     space: spaces.Space[Any], actions: Any, path: tuple[str | int, ...]
 ) -> Iterator[Any]:
+    """The leaves of a batch of actions for ``space`` in ``leaf_specs`` order, the nest
+    checked on the way (``path``: where the batch sits, for the messages).
+
+    Raises:
+        TypeError: a Dict's batch that is not a dict, a Tuple's that is not a tuple or list of
+            the right length.
+        ValueError: a Dict's batch without one of its keys.
+    """
     if isinstance(space, spaces.Dict):
         if not isinstance(actions, dict):
             raise TypeError(
-                f"actions{_describe(path)}: expected a dict with keys {list(space.spaces)}, "
+                f"actions{path_text(path)}: expected a dict with keys {list(space.spaces)}, "
                 f"got {type(actions).__name__}"
             )
         for key, sub in space.spaces.items():
             if key not in actions:
-                raise ValueError(f"actions{_describe(path)}: missing key {key!r}")
-            yield from _flatten_actions(sub, actions[key], (*path, key))
+                raise ValueError(f"actions{path_text(path)}: missing key {key!r}")
+            yield from flatten_actions(sub, actions[key], (*path, key))
     elif isinstance(space, spaces.Tuple):
         if not isinstance(actions, (tuple, list)) or len(actions) != len(space.spaces):
             raise TypeError(
-                f"actions{_describe(path)}: expected a tuple of {len(space.spaces)} batches, "
+                f"actions{path_text(path)}: expected a tuple of {len(space.spaces)} batches, "
                 f"got {type(actions).__name__}"
             )
         for i, sub in enumerate(space.spaces):
-            yield from _flatten_actions(sub, actions[i], (*path, i))
+            yield from flatten_actions(sub, actions[i], (*path, i))
     else:
         yield actions
 
@@ -579,7 +586,7 @@ def _refuse_per_env_dicts(
 ) -> None:
     if isinstance(actions, (tuple, list)) and actions and all(type(a) is dict for a in actions):
         raise TypeError(
-            f"actions{_describe(path)}: got a {type(actions).__name__} of {len(actions)} dicts, "
+            f"actions{path_text(path)}: got a {type(actions).__name__} of {len(actions)} dicts, "
             "one action per env (Stable-Baselines3's layout); a vector env takes a dict of "
             f"batches, one per key of {list(space.spaces)}, each with {num_envs} actions: "
             "{key: np.stack([a[key] for a in per_env]) for key in space}"
@@ -611,7 +618,7 @@ def _refuse_per_env_tuples(
     if not leaves:
         return
     raise TypeError(
-        f"actions{_describe(path)}: got a {type(actions).__name__} of {len(actions)} tuples of "
+        f"actions{path_text(path)}: got a {type(actions).__name__} of {len(actions)} tuples of "
         f"{m} items, which reads as one action per env (Stable-Baselines3's layout); a vector env "
         f"takes a tuple of {m} batches, one per sub-space, each with {num_envs} actions (sub-space "
         f"{leaves[0]}, {space.spaces[leaves[0]]}, would get a tuple instead of an array): "
@@ -648,147 +655,3 @@ def per_env_actions(batch_space: spaces.Space[Any], actions: Any, n: int, whose:
     if len(per_env) != n:
         raise ValueError(f"expected {n} actions, {whose}, got {len(per_env)}")
     return per_env
-
-
-# --- action chunks: K actions per env ------------------------------------------------------
-
-
-@dataclass(slots=True)  # made per chunk: a frozen one's __init__ costs twice as much
-class ChunkBatch:
-    """A checked batch of action chunks: each leaf an ndarray ``(num_envs, K, *shape)`` in
-    ``leaf_specs`` order, in the caller's dtype (a torch tensor's: the space's)."""
-
-    chunk: int
-    leaves: tuple[np.ndarray, ...]
-
-    def rows(self, lo: int, hi: int) -> ChunkBatch:
-        """The chunks of envs ``lo..hi`` (views)."""
-        return ChunkBatch(self.chunk, tuple(leaf[lo:hi] for leaf in self.leaves))
-
-
-def _shape_text(num_envs: int, shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join([str(num_envs), "K", *map(str, shape)]) + ")"
-
-
-#: the spaces that are one fixed-size leaf
-_LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-
-
-def chunk_actions(space: spaces.Space[Any], actions: Any, num_envs: int) -> ChunkBatch:
-    """Check a batch of action chunks before anything is sent, and give its leaves as arrays.
-
-    The batch is the action batch of ``step()`` with a chunk axis after the env axis: shape
-    ``(num_envs, K, *single_shape)`` for a Box/Discrete/MultiDiscrete/MultiBinary space, the
-    same leading ``(num_envs, K)`` on every leaf of a Dict/Tuple. Arrays keep their dtype (as
-    ``step()`` hands each env the caller's dtype); lists become arrays; a CPU torch tensor
-    becomes an array in the space's dtype.
-
-    Args:
-        space: the single action space.
-        actions: the caller's batch of chunks.
-        num_envs: the envs the batch is for.
-
-    Returns:
-        The leaves and K.
-
-    Raises:
-        TypeError: the space is not fixed-size (Text, Sequence, ... actions have no chunk
-            form), the nest is wrong, or a leaf's dtype does not cast ``same_kind`` to the
-            space's (floats for a Discrete space, objects).
-        ValueError: a leaf's shape is not ``(num_envs, K, *single_shape)`` with K >= 1, or
-            the leaves disagree on K; the message names the expected and the given shape.
-    """
-    if not is_shareable(space):
-        raise TypeError(
-            f"step_chunk needs a fixed-size action space (Box, Discrete, MultiDiscrete, "
-            f"MultiBinary, or Dict/Tuple nests of them); the envs' is {space}"
-        )
-    specs = leaf_specs(space)
-    given = list(_flatten_actions(space, actions, ()))
-    leaves: list[np.ndarray] = []
-    chunk = 0
-    for spec, value in zip(specs, given):
-        where = f"actions{_describe(spec.path)}"
-        expected = _shape_text(num_envs, spec.shape)
-        array = tensor_as_array(value, spec.dtype, where)
-        if array is not None:
-            array = array.astype(spec.dtype, copy=False)
-        else:
-            array = value if type(value) is np.ndarray else np.asarray(value)
-        if array.dtype != spec.dtype and not (
-            array.dtype.kind in "biuf" and np.can_cast(array.dtype, spec.dtype, "same_kind")
-        ):
-            raise TypeError(
-                f"{where}: chunks of dtype {array.dtype} cannot be cast to the action space's "
-                f"dtype {spec.dtype} (same_kind casting); expected shape {expected}"
-            )
-        if (
-            array.ndim != 2 + len(spec.shape)
-            or array.shape[0] != num_envs
-            or array.shape[2:] != spec.shape
-        ):
-            hint = ""
-            if array.shape == (num_envs, *spec.shape):
-                hint = "; this is one action per env: add the chunk axis, e.g. actions[:, None]"
-            raise ValueError(
-                f"{where}: expected a chunk of K actions per env, shape {expected}, "
-                f"got shape {array.shape}{hint}"
-            )
-        if array.shape[1] == 0:
-            raise ValueError(f"{where}: expected shape {expected} with K >= 1, got K = 0")
-        if chunk and array.shape[1] != chunk:
-            raise ValueError(
-                f"{where}: expected K = {chunk} as in the leaves before it (shape "
-                f"{_shape_text(num_envs, spec.shape).replace('K', str(chunk))}), "
-                f"got shape {array.shape}"
-            )
-        chunk = array.shape[1]
-        if not array.dtype.isnative:
-            array = array.astype(array.dtype.newbyteorder("="))
-        leaves.append(array)
-    return ChunkBatch(chunk, tuple(leaves))
-
-
-class ChunkChecker:
-    """:func:`chunk_actions` for one space and env count, with the usual batch (one ndarray
-    leaf of exactly the space's dtype and shape after the two leading axes) taken without
-    converting anything: a chunk of one sub-step on a cheap env costs about a step."""
-
-    def __init__(self, space: spaces.Space[Any], num_envs: int) -> None:
-        self.space = space
-        self.num_envs = num_envs
-        leaf = isinstance(space, _LEAF_SPACES)
-        #: the dtype of the usual batch (None: the space is a nest)
-        self.dtype = np.dtype(space.dtype) if leaf else None
-        self._ndim = 2 + len(space.shape or ()) if leaf else -1
-        self._tail = tuple(space.shape or ()) if leaf else ()
-        #: the shape of the usual batch of one sub-step (None: the space is a nest)
-        self.one_shape = (num_envs, 1, *self._tail) if leaf else None
-
-    def __call__(self, actions: Any) -> ChunkBatch:
-        """The checked batch; raises as :func:`chunk_actions`."""
-        if (
-            type(actions) is np.ndarray
-            and actions.dtype == self.dtype
-            and actions.ndim == self._ndim
-            and actions.shape[0] == self.num_envs
-            and actions.shape[1] > 0
-            and actions.shape[2:] == self._tail
-        ):
-            return ChunkBatch(actions.shape[1], (actions,))
-        return chunk_actions(self.space, actions, self.num_envs)
-
-
-def chunk_reader(space: spaces.Space[Any], batch: ChunkBatch) -> Callable[[int, int], Any]:
-    """Return ``read(i, k)``: env ``i``'s (row ``i`` of ``batch``) action for sub-step ``k``,
-    in the form ``step()`` hands it over (see :func:`row_reader`: a numpy scalar for
-    Discrete, a copied array row otherwise, dicts and tuples for nests)."""
-    chunk = batch.chunk
-    if isinstance(space, _LEAF_SPACES):  # one array: one call and one index per action
-        array = batch.leaves[0]
-        if array.ndim == 2:
-            return lambda i, k: array[i, k]  # a numpy scalar: immutable, no copy needed
-        return lambda i, k: array[i, k].copy()
-    flat = [leaf.reshape(leaf.shape[0] * chunk, *leaf.shape[2:]) for leaf in batch.leaves]
-    read = row_reader(space, build_views(space, iter(flat)))
-    return lambda i, k: read(i * chunk + k)

@@ -32,7 +32,7 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from subvec import _spaces
+from subvec import _chunk_actions, _spaces
 from subvec._batch import ChunkBlock, ChunkRooms
 from subvec._commands import StepEnvsPayload, UnitReply
 from subvec._compat import AutoresetMode
@@ -84,7 +84,7 @@ class ChunkStepper:
         self._steady = None
         self.rooms.drop()
 
-    def check(self, actions: Any, all_obs: bool) -> tuple[_spaces.ChunkBatch | None, Any]:
+    def check(self, actions: Any, all_obs: bool) -> tuple[_chunk_actions.ChunkBatch | None, Any]:
         """The batch of chunks, checked (see the front's ``step_chunk`` for what it must be).
 
         Returns:
@@ -120,7 +120,7 @@ class ChunkStepper:
         return None, _spaces.build_views(self.single_action_space, (f[:, 0] for f in leaves))
 
     def load(
-        self, batch: _spaces.ChunkBatch, stop_on_done: bool, all_obs: bool
+        self, batch: _chunk_actions.ChunkBatch, stop_on_done: bool, all_obs: bool
     ) -> tuple[ChunkBlock, PerUnit, bool]:
         """Room for a chunk of ``batch.chunk`` sub-steps, its progress counts zeroed and its
         actions stored where the units read them.
@@ -202,8 +202,8 @@ class ChunkStepper:
         return np.arange(self.num_envs)
 
     @functools.cached_property
-    def _checker(self) -> _spaces.ChunkChecker:
-        return _spaces.ChunkChecker(self.single_action_space, self.num_envs)
+    def _checker(self) -> _chunk_actions.ChunkChecker:
+        return _chunk_actions.ChunkChecker(self.single_action_space, self.num_envs)
 
     @functools.cached_property
     def _ones(self) -> np.ndarray:

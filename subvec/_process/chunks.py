@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from gymnasium import Space
 
-from subvec import _spaces
+from subvec import _chunk_actions, _spaces
 from subvec._commands import ChunkBlockSpec, StepEnvsPayload
 from subvec._process.shm import BlockLayout, SharedBlock
 from subvec._slab import ChunkArrays, ChunkResult, EnvSlab
@@ -178,14 +178,14 @@ class ChunkViews:
         return found
 
     def reader(self, lo: int, hi: int, chunk: int) -> Callable[[int, int], Any]:
-        """``read(i, k)`` of rows ``lo..hi`` of the action rows (see ``_spaces.chunk_reader``)."""
+        """``read(i, k)`` of rows ``lo..hi`` of the actions (``_chunk_actions.chunk_reader``)."""
         key = (lo, hi, chunk)
         found = self._readers.get(key)
         if found is None:
             assert self.action_space is not None
             rows = tuple(leaf[lo:hi] for leaf in self.actions(chunk))
-            batch = _spaces.ChunkBatch(chunk, rows)
-            found = self._readers[key] = _spaces.chunk_reader(self.action_space, batch)
+            batch = _chunk_actions.ChunkBatch(chunk, rows)
+            found = self._readers[key] = _chunk_actions.chunk_reader(self.action_space, batch)
         return found
 
     def env_actions(self, lo: int, hi: int, chunk: int) -> Callable[[int], Any] | None:
@@ -362,7 +362,7 @@ def run_chunk(slab: EnvSlab, payload: StepEnvsPayload, views: ChunkViews) -> Chu
     else:
         space = slab.envs[0].action_space
         leaves = list(payload.actions)
-        read = _spaces.chunk_reader(space, _spaces.ChunkBatch(chunk, tuple(leaves)))
+        read = _chunk_actions.chunk_reader(space, _chunk_actions.ChunkBatch(chunk, tuple(leaves)))
         env_actions = scalar_rows(space, leaves)
     envs = payload.envs
     assert envs is not None  # a chunk names its envs
