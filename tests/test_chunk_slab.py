@@ -17,7 +17,8 @@ from subvec._chunk_actions import ChunkBatch, chunk_actions, chunk_reader
 from subvec._compat import DEFAULT_INFO_FORMAT, AutoresetMode
 from subvec._front.merge import merge_chunk_infos
 from subvec._process.chunks import scalar_rows
-from subvec._slab import ChunkArrays, EnvSlab, SlabArrays
+from subvec._slab import EnvSlab
+from subvec._slab_records import ChunkArrays, SlabArrays
 from subvec._spaces import row_reader
 from tests.chunks import Oracle, check_chunk, sample_chunks
 from tests.envs import CrashEnv, ZooEnv

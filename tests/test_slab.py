@@ -16,7 +16,8 @@ from gymnasium.vector import SyncVectorEnv
 
 from subvec._compat import GYM_029, AutoresetMode
 from subvec._front.merge import _legacy_events
-from subvec._slab import EnvSlab, FinalObsInBlock, SlabArrays, final_obs_store
+from subvec._slab import EnvSlab
+from subvec._slab_records import FinalObsInBlock, SlabArrays, final_obs_store
 from tests.envs import LooseDtypeEnv, OptionsEnv, ZooEnv
 from tests.helpers import assert_same
 from tests.oracle import sync_vector_env

@@ -21,7 +21,7 @@ import numpy as np
 from subvec._backend import Unit
 from subvec._commands import UnitReply, rebuild_remote_error
 from subvec._infos import InfoBlockReader, as_events
-from subvec._slab import FinalObsInBlock
+from subvec._slab_records import FinalObsInBlock
 from subvec._spaces import ObsSplit
 
 __all__ = [

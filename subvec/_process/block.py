@@ -38,7 +38,7 @@ from subvec._infos import InfoBlockReader, info_block_regions
 from subvec._process import wake as _wake
 from subvec._process.shm import BlockLayout, has_free_space
 from subvec._process.wire import AttachSpec
-from subvec._slab import SlabArrays, final_obs_store
+from subvec._slab_records import SlabArrays, final_obs_store
 
 __all__ = [
     "ACTION_ITEMSIZE",
@@ -202,7 +202,7 @@ def plan_block(
     for k, leaf in enumerate(leaves):
         arrays.append((_obs(k), leaf.dtype, (n, *leaf.shape)))
     #: ended envs leave their final observation in the block, and those whose final info is
-    #: empty send nothing (see _slab.FinalObsInBlock)
+    #: empty send nothing (see _slab_records.FinalObsInBlock)
     final_obs = same_step and len(leaves) == 1 and not leaves[0].path
     if final_obs:
         arrays.append((FINAL_OBS, leaves[0].dtype, (n, *leaves[0].shape)))

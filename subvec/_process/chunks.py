@@ -45,7 +45,8 @@ from gymnasium import Space
 from subvec import _chunk_actions, _spaces
 from subvec._commands import ChunkBlockSpec, StepEnvsPayload
 from subvec._process.shm import BlockLayout, SharedBlock
-from subvec._slab import ChunkArrays, ChunkResult, EnvSlab
+from subvec._slab import EnvSlab
+from subvec._slab_records import ChunkArrays, ChunkResult
 
 __all__ = [
     "MIN_CAPACITY",

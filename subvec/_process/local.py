@@ -28,7 +28,8 @@ from subvec._process.block import bind_rows
 from subvec._process.chunks import ChunkAttachment, ChunkViews, run_chunk
 from subvec._process.starts import build_env, reconfigure_slab
 from subvec._process.wire import AttachSpec
-from subvec._slab import ChunkResult, EnvSlab, SlabResult, close_quietly
+from subvec._slab import EnvSlab, close_quietly
+from subvec._slab_records import ChunkResult, SlabResult
 
 __all__ = ["LocalShare"]
 

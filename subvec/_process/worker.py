@@ -65,7 +65,8 @@ from subvec._process.threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._process.topology import Placement, apply_placement
 from subvec._process.wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
 from subvec._process.wire import AttachSpec, WorkerCounters, WorkerHello
-from subvec._slab import EnvSlab, SlabResult, env_metadata
+from subvec._slab import EnvSlab, env_metadata
+from subvec._slab_records import SlabResult
 
 __all__ = ["worker_main"]
 
