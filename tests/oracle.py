@@ -21,6 +21,7 @@ from subvec._compat import (
     GYM_VERSION,
     NAMES_AUTORESET_MODE,
     AutoresetMode,
+    check_modes,
     default_autoreset_mode,
 )
 
@@ -32,11 +33,22 @@ ORACLE_MODES = (
 )
 
 
-#: the autoreset modes subvec offers on the installed gymnasium (0.29's vector envs reset in
-#: the same step only: subvec refuses the others there, naming the version)
-OFFERED_MODES = frozenset({AutoresetMode.SAME_STEP}) if GYM_029 else frozenset(AutoresetMode)
+def _offered(info_format: str, mode: AutoresetMode) -> bool:
+    """Whether subvec takes ``info_format`` with ``mode`` on the installed gymnasium: asked of
+    the one check that refuses what a version has not (``_compat.check_modes``)."""
+    try:
+        check_modes(info_format, mode)
+    except ValueError:
+        return False
+    return True
+
+
+#: the autoreset modes subvec offers on the installed gymnasium (0.29: the same step's only)
+OFFERED_MODES = frozenset(mode for mode in AutoresetMode if _offered("list", mode))
 #: the info formats subvec offers on the installed gymnasium (0.29 has not 1.x's layout)
-OFFERED_FORMATS = frozenset({"legacy", "list"} if GYM_029 else {"gymnasium", "legacy", "list"})
+OFFERED_FORMATS = frozenset(
+    f for f in ("gymnasium", "legacy", "list") if _offered(f, AutoresetMode.SAME_STEP)
+)
 #: a vector env's mode where none is asked for (0.29: the same step's; 1.x: the next step's)
 DEFAULT_MODE = default_autoreset_mode(DEFAULT_INFO_FORMAT)
 #: where a same-step reset puts the ended episode's last observation in the infos
@@ -44,13 +56,17 @@ FINAL_OBS = "final_observation" if GYM_029 else "final_obs"
 _INSTALLED = f"gymnasium {'.'.join(map(str, GYM_VERSION))} is installed"
 
 
+def _refused(what: object) -> str:
+    return f"{_INSTALLED}: subvec refuses {what} there"
+
+
 def require_offered(autoreset_mode: Any = None, info_format: str | None = None) -> None:
     """Skip the test where subvec refuses ``autoreset_mode`` or ``info_format`` on the
     installed gymnasium (tests/test_gym029.py checks the refusals themselves)."""
     if autoreset_mode is not None and AutoresetMode(autoreset_mode) not in OFFERED_MODES:
-        pytest.skip(f"{_INSTALLED}: subvec refuses {AutoresetMode(autoreset_mode)} there")
+        pytest.skip(_refused(AutoresetMode(autoreset_mode)))
     if info_format is not None and info_format not in OFFERED_FORMATS:
-        pytest.skip(f"{_INSTALLED}: subvec refuses info_format={info_format!r} there")
+        pytest.skip(_refused(f"info_format={info_format!r}"))
 
 
 def offered_modes(modes: Iterable[AutoresetMode] = AutoresetMode) -> list[Any]:
@@ -59,9 +75,7 @@ def offered_modes(modes: Iterable[AutoresetMode] = AutoresetMode) -> list[Any]:
     return [
         pytest.param(
             mode,
-            marks=pytest.mark.skipif(
-                mode not in OFFERED_MODES, reason=f"{_INSTALLED}: subvec refuses {mode} there"
-            ),
+            marks=pytest.mark.skipif(mode not in OFFERED_MODES, reason=_refused(mode)),
         )
         for mode in modes
     ]
