@@ -16,7 +16,7 @@ import pytest
 
 from subvec import EnvError, SubprocVectorEnv, WorkerDiedError, make_vec
 from subvec._process.starts import StartGate, build_env
-from tests.helpers import gone, wait_until
+from tests.helpers import wait_until
 from tests.start_envs import SimulatorStartError, StartRecorder
 
 BUILD_S = 0.25
@@ -70,9 +70,12 @@ def test_max_concurrent_starts_bounds_a_rebuild_with_the_others() -> None:
         pids = envs.worker_pids
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
-        # both fully gone before the step, so that reset() finds both dead (a worker still
-        # exiting would die during the reset instead: another WorkerDiedError)
-        assert wait_until(lambda: all(gone(pid) for pid in pids), 10.0)
+        # both seen dead by the parent before the step, so that reset() finds both dead (a
+        # worker the parent still thought alive would die during the reset instead: another
+        # WorkerDiedError). The process being gone is not enough: the parent learns a
+        # forkserver child's exit from the fork server, a moment later.
+        workers = envs._pool.workers
+        assert wait_until(lambda: not any(w.process.is_alive() for w in workers), 10.0)
         with pytest.raises(WorkerDiedError):
             envs.step(np.zeros(2, np.int64))
         envs.reset(seed=1)
