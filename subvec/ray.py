@@ -44,7 +44,7 @@ from subvec._front.recovery import DEFAULT_MAX_RESTARTS
 from subvec._front.setup import Hello, ObservationMode, TimeoutArg
 from subvec._pickling import pickle_factories
 from subvec._process.bootstrap import registry_snapshot
-from subvec._process.gpus import WorkerEnvSpec, check_worker_env
+from subvec._process.environ import WorkerEnvSpec, check_worker_env
 from subvec._process.plan import check_max_concurrency, split
 from subvec._process.starts import check_build_retries
 from subvec._ray import (

@@ -44,8 +44,10 @@ from subvec._pickling import pickle_factories
 from subvec._process import wire as proto
 from subvec._process.block import BlockPlan, bind_batch, plan_block
 from subvec._process.bootstrap import registry_snapshot
+from subvec._process.busy import busy_cpus
 from subvec._process.chunks import BlockRooms
-from subvec._process.gpus import GpuSpec, WorkerEnvSpec, check_worker_env, resolve_gpus
+from subvec._process.environ import WorkerEnvSpec, check_worker_env
+from subvec._process.gpus import GpuSpec, resolve_gpus
 from subvec._process.local import LocalShare
 from subvec._process.plan import (
     Layout,
@@ -251,16 +253,19 @@ class SubprocVectorEnv(VectorFront):
             )
         self.shared_memory = bool(shared_memory)
         self.daemon = bool(daemon)
-        #: where the envs run and how each process waits (see ``subvec._process.plan``)
+        cpus = usable_cpus()
+        #: where the envs run and how each process waits (see ``subvec._process.plan``); on a
+        #: busy machine, planned for the CPUs left free (``layout.planned_cpus``, decision 0057)
         self.layout: Layout = plan_layout(
             self.num_envs,
-            cpus=usable_cpus(),
+            cpus=cpus,
             parent_envs=parent_envs,
             num_workers=num_workers,
             envs_per_worker=envs_per_worker,
             spin_us=spin_us,
             max_concurrency=max_concurrency,
             first_ready=self.batch_size < self.num_envs,
+            busy=busy_cpus(cpus),
         )
         #: the most envs in ``step`` or ``reset`` at once (None: no limit)
         self.max_concurrency = check_max_concurrency(max_concurrency)

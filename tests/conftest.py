@@ -8,6 +8,7 @@ indirect=["vectoriser"])`` (the Ray entries: in tests/test_ray.py, whose module 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -44,6 +45,23 @@ def _children(ignore: frozenset[str] = frozenset()) -> dict[int, str]:
         if not any(s in cmdline for s in _SINGLETONS) and cmdline.strip() not in ignore:
             out[proc.pid] = cmdline
     return out
+
+
+@pytest.fixture(autouse=True, scope="session")
+def sigint_as_in_a_terminal() -> Iterator[None]:
+    """Ctrl-C as in a terminal, however the suite was started: a background job of a
+    non-interactive shell (``pytest &``, some CI runners) starts with SIGINT ignored, which the
+    scripts it runs inherit, and the Ctrl-C tests would wait for an interrupt that never comes."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plan every vector env as on a quiet machine: what a test asserts of a layout must not
+    depend on what else runs beside the suite (tests/test_busy.py reads the real probe)."""
+    monkeypatch.setattr("subvec.vector.busy_cpus", lambda cpus: 0)
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from subvec import SubprocVectorEnv, cli
+from subvec._process.environ import worker_environment
 from subvec._process.gpus import (
     Gpu,
     GpuTopology,
@@ -22,7 +23,6 @@ from subvec._process.gpus import (
     normalise_bus_id,
     parse_visible,
     resolve_gpus,
-    worker_environment,
 )
 from subvec._process.topology import Placement, Topology, plan_placement
 from tests.start_envs import StartRecorder

@@ -49,7 +49,11 @@ def child(cfg: dict[str, Any]) -> None:
         import subvec
 
         envs: Any = subvec.SubprocVectorEnv(fns, **cfg["options"])
-        layout = f"{envs.num_workers}w spin={envs.spin_us:g} partner={envs.layout.partner}"
+        plan = envs.layout
+        layout = (
+            f"{envs.num_workers}w spin={envs.spin_us:g} partner={plan.partner} "
+            f"busy={plan.busy_cpus} planned={plan.planned_cpus}"
+        )
     else:
         import gymnasium as gym
 

@@ -63,6 +63,12 @@ class Layout:
     #: call per command for the whole pool) or ``"pipes"`` (a write and a read per worker);
     #: see ``subvec._process.wake``
     wake: str = _wake.PIPES
+    #: the CPUs the plan was made for: the usable ones, less those other work kept busy when
+    #: at least one was left free and no layout option was given (decision 0057); with none
+    #: left free, the usable ones with every spin window 0
+    planned_cpus: int = 1
+    #: how many of the usable CPUs other work kept busy when the plan was made
+    busy_cpus: int = 0
 
     @property
     def num_workers(self) -> int:
@@ -182,6 +188,7 @@ def plan_layout(
     max_concurrency: int | None = None,
     wake: str | None = None,
     first_ready: bool = False,
+    busy: int = 0,
 ) -> Layout:
     """Plan the workers for ``num_envs`` envs on ``cpus`` usable CPUs.
 
@@ -202,6 +209,10 @@ def plan_layout(
         first_ready: the envs will mostly step asynchronously, ``recv`` returning the
             first ready (``batch_size`` below ``num_envs``): every worker waits alike, so
             that identical envs are served alike (see ``_spin``).
+        busy: how many of the ``cpus`` other work keeps busy (``_process.busy.busy_cpus``).
+            Where none of ``num_workers``, ``envs_per_worker`` and ``spin_us`` is given: with
+            at least one CPU left free, the plan is made for the free CPUs only; with none,
+            it keeps the quiet machine's workers and nobody spins (decision 0057).
 
     Returns:
         The :class:`Layout`.
@@ -224,16 +235,27 @@ def plan_layout(
             f"(at least one env runs in a worker), got {parent_envs!r}"
         )
     in_workers = num_envs - int(parent_envs)
+    planned = cpus
+    if busy > 0 and num_workers is None and envs_per_worker is None and spin_us is None:
+        # A busy machine (decision 0057): a worker or a spinner on a CPU another process
+        # wants takes time from both. With a CPU left free, plan for the free ones; with
+        # none, the quiet plan's workers (heavy envs win CPU share with them), none spinning.
+        if busy < cpus:
+            planned = cpus - busy
+        else:
+            spin_us = 0.0
     n = _num_workers(
-        in_workers, num_workers, envs_per_worker, cpus, int(parent_envs), max_concurrency
+        in_workers, num_workers, envs_per_worker, planned, int(parent_envs), max_concurrency
     )
     max_active = max_concurrency if max_concurrency is not None and max_concurrency < n else None
     if max_active is None:
-        worker_spin, parent_spin, partner = _spin(n, spin_us, cpus, int(parent_envs), first_ready)
+        worker_spin, parent_spin, partner = _spin(
+            n, spin_us, planned, int(parent_envs), first_ready
+        )
     else:
         # Turns: a worker waits for its turn and the parent for several; nobody spins unless
         # told to, and no worker partners the parent (it would not always reply last).
-        worker_spin, parent_spin, partner = _spin(n, spin_us if spin_us else 0.0, cpus, 0)
+        worker_spin, parent_spin, partner = _spin(n, spin_us if spin_us else 0.0, planned, 0)
     if wake is None:
         wake = _wake.choose(n, max_active)
     elif wake not in (_wake.FUTEX, _wake.PIPES):
@@ -251,6 +273,8 @@ def plan_layout(
         max_active=max_active,
         late_spin_us=DEFAULT_SPIN_US if partner is not None else 0.0,
         wake=wake,
+        planned_cpus=planned,
+        busy_cpus=int(busy),
     )
 
 

@@ -36,7 +36,7 @@ from subvec._commands import (
 )
 from subvec._process import wire as proto
 from subvec._process.bootstrap import lifeline_for, start
-from subvec._process.gpus import WorkerEnvSpec, worker_environment
+from subvec._process.environ import WorkerEnvSpec, worker_environment
 from subvec._process.pool_bell import BellExchange
 from subvec._process.pool_quick import Round, build_round
 from subvec._process.pool_workers import (
@@ -91,7 +91,7 @@ class WorkerPool:
             ``reset`` at any moment (a worker steps its envs one after the other).
         worker_env: variables for each worker's environment: a dict, or a callable taking
             the worker's ``Placement`` and returning one
-            (``subvec._process.gpus.worker_environment``; evaluated here at each start, so a
+            (``subvec._process.environ.worker_environment``; evaluated here at each start, so a
             replacement gets the same).
         max_concurrent_starts: the most workers building their envs (and serving their first
             reset) at once (None: no limit; see ``subvec._process.starts``).
