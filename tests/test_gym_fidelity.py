@@ -22,6 +22,7 @@ from subvec._process.plan import plan_layout
 from tests.envs import (
     ArrayRewardEnv,
     OneBufferEnv,
+    OptionsEnv,
     SleepActionEnv,
     StepClockEnv,
     make_zoo,
@@ -464,3 +465,29 @@ def test_step_clock_env_measures_its_own_sleep() -> None:
     before = time.monotonic()
     _, info = env.reset(seed=0)
     assert before <= info["start"] < info["end"] <= time.monotonic()
+
+
+# --- reset() after an episode ended on the step before ---------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_the_first_step_after_reset_steps_even_when_the_last_one_ended(shared_memory: bool) -> None:
+    # gymnasium 1.0-1.4's AsyncVectorEnv(shared_memory=False) clears a worker's autoreset flag
+    # only on its shared-memory path: there, an env that ended on the step before reset()
+    # spends the next step resetting again. subvec steps it, as SyncVectorEnv does.
+    fns = [lambda: OptionsEnv(length=2)] * 2
+    sync = SyncVectorEnv(fns)
+    envs = SubprocVectorEnv(fns, num_workers=2, shared_memory=shared_memory)
+    try:
+        for vec in (sync, envs):
+            vec.reset(seed=0)
+            vec.step(np.zeros(2, np.int64))
+            _, _, _, truncated, _ = vec.step(np.zeros(2, np.int64))
+            assert truncated.all()  # both ended on the step before the reset
+            vec.reset(seed=1)
+            obs, *_ = vec.step(np.zeros(2, np.int64))
+            assert obs[:, 1].tolist() == [1.0, 1.0]  # t = 1: stepped, not reset again
+    finally:
+        envs.close()
+        sync.close()
