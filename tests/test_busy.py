@@ -14,7 +14,6 @@ import psutil
 import pytest
 
 from subvec import SubprocVectorEnv
-from subvec._process import busy as busy_module
 from subvec._process.busy import busy_cpus
 from subvec._process.plan import plan_layout
 from subvec._process.topology import usable_cpus
@@ -101,7 +100,7 @@ def test_a_vector_env_built_beside_a_busy_loop_plans_around_it(
     cpus = usable_cpus()
     if cpus != os.cpu_count():
         pytest.skip("the probe scales by this process's share of the machine: use all CPUs")
-    monkeypatch.setattr("subvec.vector.busy_cpus", busy_module.busy_cpus)  # the real probe
+    monkeypatch.setattr("subvec.vector.busy_cpus", busy_cpus)  # the real probe
     envs = SubprocVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
     try:
         layout = envs.layout

@@ -274,7 +274,7 @@ def plan_layout(
         late_spin_us=DEFAULT_SPIN_US if partner is not None else 0.0,
         wake=wake,
         planned_cpus=planned,
-        busy_cpus=int(busy),
+        busy_cpus=busy,
     )
 
 
