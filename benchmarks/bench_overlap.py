@@ -14,12 +14,13 @@ re-created here with its constants; the harvest loop is theirs too: ``recv`` wit
 
 ``stages`` (subvec alone): a policy stand-in that releases the CPU for L ms per forward pass
 of the whole batch, in proportion to the rows it is given (a model that keeps its accelerator
-busy), over 4 envs, one per worker, whose step burns L/2 ms of CPU: on 2 CPUs the 4 workers'
-steps take L, as long as a forward pass. ``lockstep`` runs ``step(policy(obs))``: L + L per
-batch. ``stages1`` is the same through ``recv(env_ids=all)``/``send``; ``stages2`` splits the
-envs into ``env_groups(2)`` and infers on one group (L/2) while the other group's 2 workers
-simulate on the 2 CPUs (L/2): L per batch, the limit of 2x lock-step (verl's and RLinf's
-pipelined stages, with the stages' workers simulating at once).
+busy), and returns an action chunk of K per env, over 4 envs, one per worker, whose step burns
+L/(2K) ms of CPU: on 2 CPUs the 4 workers' chunks take L, as long as a forward pass.
+``lockstep`` runs ``step_chunk(policy(obs))``: L + L per batch. ``stages1`` is the same through
+``recv(env_ids=all)``/``send_chunk``; ``stages2`` splits the envs into ``env_groups(2)`` and
+infers on one group (L/2) while the other group's 2 workers run their chunks on the 2 CPUs
+(L/2): L per batch, the limit of 2x lock-step (verl's and RLinf's pipelined stages, with the
+stages' workers simulating at once).
 
 Implementations: ``subvec`` (one env per worker, as torchrl's pool runs), ``subvec_default``
 (subvec's default layout), ``subvec_min1`` (``recv(min_envs=1)`` with no deadline: what is
@@ -159,15 +160,16 @@ def _run_stages(cfg: dict[str, Any]) -> dict[str, float]:
 
     import subvec
 
-    latency = cfg["latency_ms"] / 1e3
-    fn = functools.partial(_busy_env, latency / 2)
+    latency, chunk = cfg["latency_ms"] / 1e3, cfg["chunk"]
+    # 4 workers' chunks of K sub-steps on 2 CPUs take as long as a forward pass of every row
+    fn = functools.partial(_busy_env, latency / (2 * chunk))
     num_envs = 4
     impl, seconds = cfg["impl"], cfg["seconds"]
 
     def policy(obs: Any) -> Any:
         # a forward pass on an accelerator, its time in proportion to the rows: the CPU is free
         time.sleep(latency * len(obs) / num_envs)
-        return np.zeros(len(obs), dtype=np.int64)
+        return np.zeros((len(obs), chunk), dtype=np.int64)  # an action chunk per env
 
     with subvec.SubprocVectorEnv([fn] * num_envs, envs_per_worker=1) as envs:
         groups = envs.env_groups(2 if impl == "stages2" else 1)
@@ -175,16 +177,16 @@ def _run_stages(cfg: dict[str, Any]) -> dict[str, float]:
         steps, start = 0, time.perf_counter()
         if impl == "lockstep":
             while time.perf_counter() - start < seconds:
-                obs, *_ = envs.step(policy(obs))
-                steps += num_envs
+                obs, *_ = envs.step_chunk(policy(obs))
+                steps += num_envs * chunk
         else:
             for group in groups:
-                envs.send(policy(obs[group]), group)
+                envs.send_chunk(policy(obs[group]), group)
             while time.perf_counter() - start < seconds:
                 for group in groups:
                     obs_g, *_ = envs.recv(env_ids=group)
-                    envs.send(policy(obs_g), group)
-                    steps += len(group)
+                    envs.send_chunk(policy(obs_g), group)
+                    steps += len(group) * chunk
             envs.drain()
         return {"transitions_per_s": steps / (time.perf_counter() - start)}
 
@@ -343,6 +345,7 @@ def main() -> int:
     parser.add_argument(
         "--latencies", default="2,5,10", help="the stages' policy latencies, ms (empty: none)"
     )
+    parser.add_argument("--chunk", type=int, default=4, help="the stages' action chunk, K")
     parser.add_argument("--quick", action="store_true", help="one repeat of one round")
     parser.add_argument("--out", default=str(RESULTS / "overlap.jsonl"))
     args = parser.parse_args()
@@ -384,7 +387,12 @@ def main() -> int:
                     print(f"{label}: {result['transitions_per_s']:,.0f}/s", file=sys.stderr)
         for latency in latencies:
             for impl in STAGE_IMPLS[rep % 3 :] + STAGE_IMPLS[: rep % 3]:
-                cfg = {"impl": impl, "latency_ms": latency, "seconds": stage_seconds}
+                cfg = {
+                    "impl": impl,
+                    "latency_ms": latency,
+                    "chunk": args.chunk,
+                    "seconds": stage_seconds,
+                }
                 result = _run(cfg)
                 key = (f"stages_{latency:g}ms", impl)
                 if isinstance(result, str):

@@ -389,6 +389,7 @@ ALL_IMPLS = (
     "puffer_mp_w1",
     "envpool",
     "envpool_cpus",
+    "torchrl_parallel",
     "limit_sync",
     "limit",
 )
@@ -410,6 +411,7 @@ IMPL_LABELS = {
     "puffer_mp_w1": "PufferLib Multiprocessing num_workers=1",
     "envpool": "EnvPool, its own C++ env (default threads)",
     "envpool_cpus": "EnvPool, its own C++ env (a thread per CPU)",
+    "torchrl_parallel": "torchrl ParallelEnv (a worker per CPU)",
     "limit_sync": "limit in lock step (W processes, a barrier per step)",
     "limit": "limit (W independent processes)",
 }
@@ -471,6 +473,48 @@ def build_envpool(impl: str, num_envs: int, spec: dict[str, Any], seed: int) -> 
     )
 
 
+class TorchrlLockstep:
+    """torchrl's ``ParallelEnv`` over ``GymWrapper(env)`` driven as its own rollout loop
+    drives it: the action into the tensordict, ``step_and_maybe_reset``, the next tensordict
+    kept (autoreset in the workers). ``step(actions)`` takes a batch of torch actions."""
+
+    def __init__(self, fns: list[Any]) -> None:
+        from torchrl.envs import GymWrapper, ParallelEnv
+
+        workers = max(1, min(len(fns), usable_cpus()))
+        while len(fns) % workers:
+            workers -= 1
+        per = len(fns) // workers
+
+        def make(chunk: list[Any]) -> Any:
+            from torchrl.envs import SerialEnv
+
+            wrapped = [functools.partial(_gym_wrapper, fn, GymWrapper) for fn in chunk]
+            return SerialEnv(len(wrapped), wrapped) if len(wrapped) > 1 else wrapped[0]()
+
+        chunks = [fns[w * per : (w + 1) * per] for w in range(workers)]
+        self.env = ParallelEnv(workers, [functools.partial(make, c) for c in chunks])
+        self.num_envs, self.num_workers = len(fns), workers
+        self.td: Any = None
+        self.single_action_space = fns[0]().action_space
+
+    def reset(self, seed: int) -> None:
+        self.env.set_seed(seed)
+        self.td = self.env.reset()
+
+    def step(self, actions: Any) -> None:
+        td = self.td
+        td["action"] = actions.reshape(td.batch_size)
+        _, self.td = self.env.step_and_maybe_reset(td)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _gym_wrapper(fn: Any, wrapper: Any) -> Any:
+    return wrapper(fn(), categorical_action_encoding=True)
+
+
 def build_vector(
     impl: str, fns: list[Any], spec: dict[str, Any] | None = None, seed: int = 0
 ) -> tuple[Any, str]:
@@ -499,6 +543,8 @@ def build_vector(
         return build_puffer(impl, fns, seed), "gym"
     if impl in ENVPOOL_IMPLS:
         return build_envpool(impl, len(fns), spec or {}, seed), "seeded"
+    if impl == "torchrl_parallel":
+        return TorchrlLockstep(fns), "torchrl"
     if impl == "sync":
         return gym.vector.SyncVectorEnv(fns), "gym"
     if impl in ("async_shm", "async_pipe"):
@@ -644,7 +690,10 @@ def run_vector(cfg: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     envs, api = build_vector(cfg["impl"], fns, cfg["spec"], cfg["seed"])
     try:
-        if api in ("gym", "seeded"):
+        if api == "torchrl":
+            envs.reset(cfg["seed"])
+            single = envs.single_action_space
+        elif api in ("gym", "seeded"):
             envs.reset(**({"seed": cfg["seed"]} if api == "gym" else {}))
             single = envs.single_action_space
         else:
@@ -653,7 +702,7 @@ def run_vector(cfg: dict[str, Any]) -> dict[str, Any]:
             single = envs.action_space
         startup = time.perf_counter() - start
         actions = presample(single, n, cfg["seed"])
-        if cfg["impl"] == "subvec_torch":  # what a torch policy hands over
+        if cfg["impl"] in ("subvec_torch", "torchrl_parallel"):  # what a torch policy hands over
             actions = as_tensors(actions)
         result = timed_loop(envs.step, actions, cfg["warmup"], cfg["duration"], watch=True)
         count, uss, pss, own = worker_memory()
@@ -936,6 +985,8 @@ def available(workload: str, impl: str, spec: dict[str, Any]) -> str | None:
             return "torch is not installed (pufferlib-core imports it)"
     if impl == "subvec_torch" and not _installed("torch"):
         return "torch is not installed"
+    if impl == "torchrl_parallel" and not _installed("torchrl"):
+        return "torchrl is not installed (pip install torchrl, after torch)"
     module = spec.get("module")
     if module and not _installed(module):
         return f"{module} is not installed"

@@ -117,12 +117,12 @@ class StepEnvsPayload(NamedTuple):
     that raises is reported in its ``errors`` as ``(local env, ErrorRecord)`` and the others
     still step; the front's ``step()`` then raises the first of them.
 
-    With ``substeps`` K > 1 it is an action chunk (``step_chunk``; ``_process.chunks.run_chunk``):
-    each env runs K sub-steps before the unit answers, the actions and per-sub-step results
-    in the chunk block ``block`` (actions by value: the unit's rows of each action leaf,
-    ``(envs, K, *shape)``). The reply then holds chunk events ``(local env, sub-step, info)``;
-    an env that raises stops at that sub-step, is reported in ``errors``, and the unit's
-    other envs run their chunk."""
+    With a chunk ``block`` it is an action chunk of K = ``substeps`` (``step_chunk``,
+    ``send_chunk``; ``_process.chunks.run_chunk``): each env runs K sub-steps before the unit
+    answers, the actions and per-sub-step results in the chunk block ``block`` (actions by
+    value: the unit's rows of each action leaf, ``(unit's envs, K, *shape)``). The reply
+    then holds chunk events ``(local env, sub-step, info)``; an env that raises stops at that
+    sub-step, is reported in ``errors``, and the unit's other envs run their chunk."""
 
     envs: Sequence[int] | None
     actions: Sequence[Any] | None
@@ -137,6 +137,12 @@ class StepEnvsPayload(NamedTuple):
     #: the dtypes the parent stored the actions in the block with, ``np.dtype.str`` per
     #: action leaf, where they are not the space's (None: the space's)
     action_dtypes: tuple[str, ...] | None = None
+
+    @property
+    def is_chunk(self) -> bool:
+        """Whether this is an action chunk (it names the chunk's block: ``step_chunk``, or
+        ``send_chunk`` of any K, one sub-step included)."""
+        return self.block is not None
 
 
 class CallPayload(NamedTuple):
@@ -429,7 +435,7 @@ class UnitReply(NamedTuple):
     infos: Any
     obs: Sequence[tuple[int, Any]] | None
     errors: Sequence[tuple[int, ErrorRecord]] | None = None
-    #: an action chunk's (``substeps`` > 1): with ``all_obs`` and no observation rows in the
+    #: an action chunk's (a chunk ``block``): with ``all_obs`` and no observation rows in the
     #: blocks, each env's observations after its executed sub-steps ``[(local env, [obs,
     #: ...])]``; and, from a unit that keeps no block rows (Ray), its arrays ``(rewards,
     #: terminations, truncations, steps, observations)`` (observations ``(envs, K, ...)``

@@ -386,8 +386,10 @@ class RayActors:
             for ref in ready:
                 unit, command = refs[ref]
                 del self._inflight[unit.index]
+                failed = len(collected.failures)
                 self._take(unit, command, ref, collected)
-                collected.outcomes.setdefault(unit.index, PLAIN)
+                if len(collected.failures) == failed:  # a lost actor has no outcome
+                    collected.outcomes.setdefault(unit.index, PLAIN)
         return collected
 
     def _take(self, unit: ActorUnit, command: Command, ref: Any, into: Collected) -> None:

@@ -222,7 +222,7 @@ class EnvActor:
                 obs, infos = env.reset(seed=list(reset.seeds), options=options)
                 reply = StepReply(self._obs(obs), None, None, None, _events(infos, False))
                 outcome = Status.OK_PAYLOAD, reply
-            elif command == Command.STEP_ENVS and payload.substeps > 1:  # an action chunk
+            elif command == Command.STEP_ENVS and payload.is_chunk:  # an action chunk
                 outcome = self._step_chunk(payload)
             elif command == Command.STEP_ENVS:
                 outcome = self._step_envs(payload)
@@ -326,24 +326,39 @@ class EnvActor:
         return Status.OK_PAYLOAD, (reply._replace(events=events), done, errors)
 
     def _step_chunk(self, payload: StepEnvsPayload) -> tuple[Status, Any]:
-        """One chunk on the local vector env (its workers run the sub-steps): the reply
-        holds the arrays, the events ``(local env, sub-step, info)`` and, for observations
-        that travel by value, each env's last one."""
+        """One chunk on the local vector env (its workers run the sub-steps): every env's
+        (``step_chunk``) or some envs' (``send_chunk``, then ``recv`` of exactly them). The
+        reply holds the arrays (rows in ``payload.envs``' order), the events ``(local env,
+        sub-step, info)`` and, for observations that travel by value, each env's last one."""
         env = self.env
         space = env.single_action_space
         assert payload.actions is not None  # by value: the driver's arrays are not ours
-        actions = _spaces.build_views(space, iter(payload.actions))
-        obs, rewards, terms, truncs, infos = env.step_chunk(
-            actions, stop_on_done=payload.stop_on_done, all_obs=payload.all_obs
-        )
+        envs = list(payload.envs or ())
+        if len(envs) == env.num_envs:
+            actions = _spaces.build_views(space, iter(payload.actions))
+            obs, rewards, terms, truncs, infos = env.step_chunk(
+                actions, stop_on_done=payload.stop_on_done, all_obs=payload.all_obs
+            )
+        else:  # the driver's asynchronous chunk on some of these envs
+            actions = _spaces.build_views(space, iter([leaf[envs] for leaf in payload.actions]))
+            env.send_chunk(
+                actions, envs, stop_on_done=payload.stop_on_done, all_obs=payload.all_obs
+            )
+            try:
+                obs, rewards, terms, truncs, infos = env.recv(env_ids=envs)
+            except BaseException:
+                _settle(env)  # idle again for the driver's next command
+                raise
         events = [
-            (i, k, event)
+            (envs[i], k, event)
             for i, info in enumerate(infos)  # info_format="list": per env, per sub-step
             for k, sub in enumerate(info["infos"])
             for _, event in _events([sub], self._same_step)
         ]
         steps = np.array([info["chunk_steps"] for info in infos], dtype=np.int64)
-        by_value = self._obs(obs) if self._obs_by_value else None
+        by_value = None
+        if self._obs_by_value:
+            by_value = [(envs[i], o) for i, o in self._obs(obs)]
         arrays = (rewards, terms, truncs, steps, None if by_value is not None else obs)
         return Status.OK_PAYLOAD, UnitReply(events, by_value, None, None, arrays)
 
@@ -382,6 +397,17 @@ class EnvActor:
         except Exception as exc:
             return self._global(exc)
         return None
+
+
+def _settle(env: Any) -> None:
+    """Collect what ``env`` still holds after a ``recv`` raised, so that it is idle."""
+    for _ in range(env.num_envs + 1):  # each failed drain hands out one env's error
+        if not (env.in_flight_env_ids or env.ready_env_ids):
+            return
+        try:
+            env.drain()
+        except Exception:
+            continue
 
 
 def reap_blocks(pids: Sequence[int | None], wait: float = 0.0) -> None:

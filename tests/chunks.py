@@ -182,3 +182,100 @@ def row_k(batch: Any, i: int, k: int) -> Any:
     if isinstance(batch, tuple):
         return tuple(row_k(value, i, k) for value in batch)
     return batch[i, k]
+
+
+def rows_of(batch: Any, ids: Sequence[int]) -> Any:
+    """Rows ``ids`` of a batch (a nest of arrays), in that order."""
+    if isinstance(batch, dict):
+        return {key: rows_of(value, ids) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(rows_of(value, ids) for value in batch)
+    return np.asarray(batch)[list(ids)]
+
+
+def without_env_id(infos: dict[str, Any]) -> dict[str, Any]:
+    """An asynchronous batch's infos without ``env_id`` (the oracle has no such key)."""
+    return {key: value for key, value in infos.items() if key != "env_id"}
+
+
+def check_async_chunks(
+    envs: Any,
+    fns: Sequence[Callable[[], gym.Env[Any, Any]]],
+    mode: AutoresetMode,
+    sets: Sequence[Sequence[int]],
+    rounds: int = 6,
+    seed: int = 0,
+) -> int:
+    """``send_chunk`` to every set of ``sets`` (all in flight at once), collected by set
+    (the last sent first) or first-ready, then single steps on ``sets[0]`` while
+    ``sets[1]`` runs a chunk: every env's results against its own one-env oracle. Under
+    DISABLED, ended envs are reset (masked) between rounds. Returns the episodes that ended
+    inside a chunk."""
+    oracles = [Oracle([fn], mode) for fn in fns]
+    envs.async_reset(seed=seed)
+    for env, oracle in enumerate(oracles):
+        oracle.reset(seed + env)
+    envs.drain()
+    space = envs.single_action_space
+    ended = 0
+    for t in range(rounds):
+        chunk, stop, all_obs = (2, 3, 5)[t % 3], t % 3 == 1, t % 2 == 1
+        expected: dict[int, Expected] = {}
+        for j, ids in enumerate(sets):
+            actions = sample_chunks(space, len(ids), chunk, seed=100 * t + j)
+            envs.send_chunk(actions, ids, stop_on_done=stop, all_obs=all_obs)
+            for r, env in enumerate(ids):
+                expected[env] = oracles[env].chunk(rows_of(actions, [r]), chunk, stop)[0]
+        batches = []
+        if t % 2:
+            for ids in reversed(sets):
+                batches.append(envs.recv(env_ids=ids))
+        else:
+            while envs.in_flight_env_ids or envs.ready_env_ids:
+                batches.append(envs.recv(min_envs=1, max_envs=3))
+        seen = []
+        for obs, rewards, terms, truncs, infos in batches:
+            ids = [int(e) for e in infos["env_id"]]
+            seen += ids
+            check_chunk(
+                [expected[e] for e in ids],
+                chunk,
+                obs,
+                rewards,
+                terms,
+                truncs,
+                without_env_id(infos),
+                all_obs=all_obs,
+                where=f"round {t} (K={chunk}) envs {ids}",
+            )
+            ended += int(terms.any(axis=1).sum() + truncs.any(axis=1).sum())
+        assert sorted(seen) == sorted(e for ids in sets for e in ids), (t, seen)
+        if mode is AutoresetMode.DISABLED:
+            _reset_ended(envs, oracles, expected)
+    # steps on one set while a chunk runs on the other, then collected set by set
+    first, other = list(sets[0]), list(sets[1])
+    batch = gym.vector.utils.batch_space(envs.single_action_space, len(first))
+    batch.seed(seed)
+    steps = batch.sample()
+    envs.send(steps, first)
+    actions = sample_chunks(space, len(other), 4, seed=999)
+    envs.send_chunk(actions, other)
+    want_chunk = [oracles[e].chunk(rows_of(actions, [r]), 4, False)[0] for r, e in enumerate(other)]
+    got = envs.recv(env_ids=other)
+    check_chunk(want_chunk, 4, *got[:4], without_env_id(got[4]), where="chunk beside steps")
+    obs, rewards, terms, truncs, _ = envs.recv(env_ids=first)
+    for r, env in enumerate(first):
+        w_obs, w_rew, w_term, w_trunc, _ = oracles[env].step(rows_of(steps, [r]))[0]
+        assert_same(row(obs, r), row(w_obs, 0), f"step beside a chunk, env {env}")
+        assert (rewards[r], terms[r], truncs[r]) == (w_rew[0], w_term[0], w_trunc[0]), env
+    return ended
+
+
+def _reset_ended(envs: Any, oracles: list[Oracle], expected: dict[int, Expected]) -> None:
+    mask = np.zeros(envs.num_envs, dtype=np.bool_)
+    for env, e in expected.items():
+        mask[env] = e.terminations[-1] or e.truncations[-1]
+    if mask.any():
+        envs.reset(options={"reset_mask": mask})
+        for env in np.flatnonzero(mask):
+            oracles[env].reset_envs([True])

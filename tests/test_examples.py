@@ -66,6 +66,12 @@ EXAMPLES = [
         "same rewards from the same seeds",
     ),
     (
+        "pipelined_chunks.py",
+        ["--num-envs", "4", "--chunk", "4", "--chunks", "3", "--sim-ms", "0.1"],
+        [],
+        "same rewards from the same seeds",
+    ),
+    (
         "vla_rollout.py",
         ["--num-envs", "2", "--group", "1", "--rollouts", "3", "--max-steps", "16", "--size", "64"],
         ["mujoco"],

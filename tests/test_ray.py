@@ -40,6 +40,7 @@ from subvec._commands import Command  # noqa: E402
 from subvec._compat import GYM_029, AutoresetMode  # noqa: E402
 from subvec.ray import RayVectorEnv  # noqa: E402
 from tests import vla_checks  # noqa: E402
+from tests.chunks import check_async_chunks  # noqa: E402
 from tests.envs import (  # noqa: E402
     OptionsEnv,
     StartMethodEnv,
@@ -650,6 +651,30 @@ def test_box_chunks_with_infos_match_sync_per_env() -> None:
         run_chunks_against_oracle(envs, fns, AutoresetMode.SAME_STEP, [4, 1, 8, 5])
 
 
+@pytest.mark.parametrize("mode", offered_modes(), ids=lambda m: m.value)
+def test_async_chunks_match_sync_per_env_with_one_actor_call_per_set(mode: AutoresetMode) -> None:
+    fns = [make_zoo("box_f32", act_space=BOX_ACT, max_steps=6, terminate_prob=0.15)] * 4
+    with RayEnvs(fns, autoreset_mode=mode) as envs:
+        calls: list[int] = []
+        for unit in envs._backends[0].units:  # count the actor calls
+            run = unit.actor.run
+
+            class Counting:
+                def remote(self, command: int, payload: Any, run: Any = run) -> Any:
+                    calls.append(command)
+                    return run.remote(command, payload)
+
+            unit.actor.run = Counting()
+        envs.async_reset(seed=0)
+        envs.drain()
+        calls.clear()
+        envs.send_chunk(np.zeros((2, 3, 2), dtype=np.float32), [2, 3])
+        assert envs.recv(env_ids=[2, 3])[4]["chunk_steps"].tolist()[0] >= 1
+        assert calls == [Command.STEP_ENVS]  # one actor call for a set of one actor's envs
+        # actor 0 holds envs 0-1, actor 1 envs 2-3: sets across both
+        check_async_chunks(envs, fns, mode, [[0, 2], [1, 3]], rounds=4)
+
+
 def test_killed_actor_mid_chunk_comes_back_truncated_at_sub_step_zero() -> None:
     with RayEnvs([make_zoo("box_f32")] * 4, on_worker_failure="restart") as envs:
         envs.reset(seed=0)
@@ -660,6 +685,24 @@ def test_killed_actor_mid_chunk_comes_back_truncated_at_sub_step_zero() -> None:
         assert truncs[:2, 0].all() and rewards[:2].tolist() == [[0.0] * 3] * 2
         assert infos["_worker_restarted"][:, 0].tolist() == [True, True, False, False]
         assert len(envs.restarts) == 1
+
+
+def test_killed_actor_mid_async_chunk_comes_back_truncated_and_the_other_set_runs() -> None:
+    with RayEnvs([make_zoo("box_f32")] * 4, on_worker_failure="restart") as envs:
+        envs.async_reset(seed=0)
+        envs.drain()
+        kill_actor(envs, 0)
+        envs.send_chunk(np.zeros((2, 3), dtype=np.int64), [2, 3])
+        envs.send_chunk(np.zeros((2, 3), dtype=np.int64), [0, 1])
+        _, rewards, _, truncs, infos = envs.recv(env_ids=[0, 1])
+        assert infos["chunk_steps"].tolist() == [1, 1] and truncs[:, 0].all()
+        assert infos["worker_restarted"][:, 0].all() and rewards.tolist() == [[0.0] * 3] * 2
+        assert envs.recv(env_ids=[2, 3])[4]["chunk_steps"].tolist() == [3, 3]
+        assert len(envs.restarts) == 1
+        kill_actor(envs, 1)  # the same for single steps (the lost actor's answer is no step)
+        envs.send(np.zeros(2, dtype=np.int64), [2, 3])
+        _, _, _, truncs, infos = envs.recv(env_ids=[2, 3])
+        assert truncs.all() and infos["worker_restarted"].all() and len(envs.restarts) == 2
 
 
 # --- robot-learning rollouts (tests/vla_checks.py) --------------------------------------------

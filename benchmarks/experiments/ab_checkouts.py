@@ -74,6 +74,7 @@ def child_vector(
     split: list[int] | None = None,
     torch: bool = False,
     chunk: int = 0,
+    recv_batch: int = 0,
 ) -> float:
     import subvec
 
@@ -90,9 +91,24 @@ def child_vector(
         else:
             subvec.vector._split = forced  # type: ignore[attr-defined]
 
+    if recv_batch:
+        kwargs = {**kwargs, "batch_size": recv_batch}
     envs = subvec.SubprocVectorEnv([factory(workload)] * n, **kwargs)
     try:
         envs.reset(seed=0)
+        if recv_batch:  # first-ready: recv() the batch, send() its actions back
+            import gymnasium as gym
+
+            space = gym.vector.utils.batch_space(envs.single_action_space, recv_batch)
+            envs.drain()
+            envs.async_reset(seed=0)
+
+            def recv_send(actions: Any) -> None:
+                envs.recv()
+                envs.send(actions)
+
+            samples = [space.sample() for _ in range(64)]
+            return timed_rate(recv_send, samples, recv_batch, seconds)
         if chunk:  # (num_envs, K) batches of one array leaf (Box, Discrete, ...)
             samples = [envs.action_space.sample() for _ in range(64 * chunk)]
             actions = [np.stack(samples[i * chunk : (i + 1) * chunk], axis=1) for i in range(64)]
@@ -201,6 +217,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--torch", action="store_true", help="actions as CPU torch tensors")
     parser.add_argument("--chunk", type=int, default=0, help="step_chunk with K actions per env")
+    parser.add_argument(
+        "--recv-batch", type=int, default=0, help="recv()/send() batches of this many envs"
+    )
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
@@ -216,6 +235,7 @@ def main() -> None:
                 spec.get("split"),
                 spec.get("torch", False),
                 spec.get("chunk", 0),
+                spec.get("recv_batch", 0),
             )
         print(f"RATE {rate}")
         return
@@ -226,7 +246,7 @@ def main() -> None:
         labelled.append((label, path))
         splits[label] = [int(k) for k in split.split(",")] if split else None
     base = {"workload": args.workload, "n": args.num_envs, "seconds": args.seconds}
-    vector_base = {**base, "torch": args.torch, "chunk": args.chunk}
+    vector_base = {**base, "torch": args.torch, "chunk": args.chunk, "recv_batch": args.recv_batch}
     kwargs = ast.literal_eval(args.kwargs)
     shares: dict[str, list[float]] = {label: [] for label, _ in labelled}
     rates: dict[str, list[float]] = {label: [] for label, _ in labelled}

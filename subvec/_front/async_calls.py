@@ -81,6 +81,40 @@ class AsyncCalls:
         self._begin_async("send")
         self._async.send(actions, env_ids)
 
+    def send_chunk(
+        self,
+        actions: Any,
+        env_ids: Any = None,
+        *,
+        stop_on_done: bool = False,
+        all_obs: bool = False,
+    ) -> None:
+        """Start an action chunk on the envs ``env_ids`` (K actions each, in that order) while
+        others may be in flight; their results come back through :meth:`recv`. Per env, the
+        chunk is exactly :meth:`step_chunk`'s (the same sub-steps, autoreset, ``stop_on_done``,
+        ``all_obs`` and infos), and each worker gets one command for its envs of the chunk.
+
+        Args:
+            actions: ``(len(env_ids), K, *single_action_space.shape)`` (per leaf of a
+                Dict/Tuple action), K >= 1.
+            env_ids: the envs (default: those the last :meth:`recv` returned).
+            stop_on_done, all_obs: as :meth:`step_chunk`.
+
+        Returns:
+            None. A :meth:`recv` returning these envs gives rewards and flags ``(n, K)``,
+            observations ``(n, ...)`` (``all_obs``: ``(n, K, ...)``), and infos with the
+            chunk axis, ``chunk_steps`` and ``env_id``; a batch holds results of one shape
+            (the oldest held decides), so steps and chunks come back in separate batches.
+
+        Raises:
+            ValueError, TypeError: as :meth:`send`, or the batch is not chunks of the action
+                space for these envs, or its K or ``all_obs`` differs from that of chunks
+                still in flight (chunks in flight at once share K); nothing is sent.
+            AlreadyPendingCallError: a lock-step call is pending.
+        """
+        self._begin_async("send_chunk")
+        self._async.send_chunk(actions, env_ids, stop_on_done, all_obs)
+
     def recv(
         self,
         min_envs: int | None = None,

@@ -36,6 +36,7 @@ from subvec import _chunk_actions, _spaces
 from subvec._batch import ChunkBlock, ChunkRooms
 from subvec._commands import StepEnvsPayload, UnitReply
 from subvec._compat import AutoresetMode
+from subvec._front.async_chunks import ChunkWork
 from subvec._front.merge import Part, merge_chunk_infos, with_chunk_axis
 from subvec._infos import as_events
 
@@ -106,18 +107,75 @@ class ChunkStepper:
             # (a cheap env's K = 1 chunk costs what its step costs, and little more).
             return None, actions[:, 0]
         batch = checker(actions)
-        if all_obs and not _spaces.is_shareable(self.single_observation_space):
-            raise ValueError(
-                "all_obs needs a fixed-size observation space (Box, Discrete, MultiDiscrete, "
-                f"MultiBinary, or Dict/Tuple nests of them); the envs' is "
-                f"{self.single_observation_space}"
-            )
+        self._check_all_obs(all_obs)
         if batch.chunk > 1:
             return batch, None
         leaves = batch.leaves
         if len(leaves) == 1 and self._one_leaf:
             return None, leaves[0][:, 0]
         return None, _spaces.build_views(self.single_action_space, (f[:, 0] for f in leaves))
+
+    def _check_all_obs(self, all_obs: bool) -> None:
+        if all_obs and not _spaces.is_shareable(self.single_observation_space):
+            raise ValueError(
+                "all_obs needs a fixed-size observation space (Box, Discrete, MultiDiscrete, "
+                f"MultiBinary, or Dict/Tuple nests of them); the envs' is "
+                f"{self.single_observation_space}"
+            )
+
+    def work(
+        self,
+        actions: Any,
+        ids: np.ndarray,
+        stop_on_done: bool,
+        all_obs: bool,
+        in_flight: ChunkWork | None,
+    ) -> ChunkWork:
+        """``send_chunk``'s chunk for the envs ``ids``: checked, its actions stored where the
+        units read them (the chunk arrays' rows of ``ids``, their progress counts zeroed).
+
+        Args:
+            actions: ``(len(ids), K, ...)`` per leaf.
+            ids: the envs, in the batch's order.
+            stop_on_done, all_obs: as ``step_chunk``.
+            in_flight: a chunk in flight or queued (None: none): the new one runs in the
+                same arrays, so it must have its K and ``all_obs``.
+
+        Raises:
+            ValueError, TypeError: not chunks of the action space for ``len(ids)`` envs,
+                ``all_obs`` with observations that are not fixed-size, or another K or
+                ``all_obs`` than the chunks in flight.
+        """
+        k = len(ids)
+        checker = self._checkers.get(k)
+        if checker is None:
+            checker = self._checkers[k] = _chunk_actions.ChunkChecker(self.single_action_space, k)
+        batch = checker(actions)
+        self._check_all_obs(all_obs)
+        chunk = batch.chunk
+        if in_flight is not None:
+            if (in_flight.chunk, in_flight.all_obs) != (chunk, all_obs):
+                raise ValueError(
+                    f"send_chunk: chunks of K={in_flight.chunk} (all_obs={in_flight.all_obs}) "
+                    f"are in flight and this one is K={chunk} (all_obs={all_obs}): chunks in "
+                    "flight at once share their arrays, so K and all_obs; recv() those first"
+                )
+            views = in_flight.views
+        else:
+            views = self.rooms.room(chunk, all_obs)
+            if self._steady is not None and self._steady.views is not views:
+                self._steady = None  # step_chunk's kept load names the arrays replaced
+        leaves = batch.leaves
+        views.steps[ids] = 0
+        in_block = views.action_space is not None and all(
+            leaf.dtype == spec.dtype for leaf, spec in zip(leaves, self._leaves)
+        )
+        if in_block:
+            for target, leaf in zip(views.actions(chunk), leaves):
+                target[ids] = leaf
+        return ChunkWork(
+            chunk, stop_on_done, all_obs, views, ids.tolist(), None if in_block else leaves
+        )
 
     def load(
         self, batch: _chunk_actions.ChunkBatch, stop_on_done: bool, all_obs: bool
@@ -200,6 +258,11 @@ class ChunkStepper:
     @functools.cached_property
     def _rows(self) -> np.ndarray:
         return np.arange(self.num_envs)
+
+    @functools.cached_property
+    def _checkers(self) -> dict[int, _chunk_actions.ChunkChecker]:
+        """``send_chunk``'s checks, by the number of envs sent."""
+        return {}
 
     @functools.cached_property
     def _checker(self) -> _chunk_actions.ChunkChecker:

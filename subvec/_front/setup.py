@@ -133,10 +133,11 @@ class Timeouts:
         """The bound of an action chunk of ``substeps`` sub-steps: ``substeps * step``."""
         return None if self.step is None else self.step * substeps
 
-    def longest(self, kinds: Sequence[str]) -> float | None:
-        """The longest bound of the commands ``kinds`` (``"reset"``/``"step"``; None when
-        any is unbounded, or for no command): what one wait for all of them is given."""
-        bounds = [self.reset if kind == "reset" else self.step for kind in kinds]
+    def longest(self, kinds: Sequence[tuple[str, int]]) -> float | None:
+        """The longest bound of the commands ``kinds``, ``(kind, substeps)`` (a reset's, or
+        a step's or chunk's of that many sub-steps; None when any is unbounded, or for no
+        command): what one wait for all of them is given."""
+        bounds = [self.reset if kind == "reset" else self.chunk(k) for kind, k in kinds]
         if not bounds or any(b is None for b in bounds):
             return None
         return max(b for b in bounds if b is not None)

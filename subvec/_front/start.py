@@ -197,6 +197,17 @@ class FrontStart:
         #: the pending call's env ids (None: every env) and the units it went to
         self._call_ids: list[int] | None = None
         self._call_units: frozenset[int] | None = None
+        #: ``step_chunk``'s work; the chunk's arrays are the front's own unless the backend
+        #: keeps them (:meth:`_start_chunks`)
+        self._chunks = ChunkStepper(
+            n,
+            self.single_observation_space,
+            self.single_action_space,
+            self.autoreset_mode,
+            self.info_format,
+            self.copy,
+            PlainChunkRooms(n),
+        )
         # The engine's hooks reach the front weakly: a cycle would delay freeing it.
         front = weakref.proxy(self)
         #: asynchronous stepping; this front keeps the call state and the observation slot
@@ -221,20 +232,10 @@ class FrontStart:
                 broken=lambda units, reason: front._break(units, reason),
                 build_timeout=lambda timeout: front._build_timeout(timeout),
             ),
+            chunks=self._chunks,
         )
         #: recycling, where the backend offers it (:meth:`_start_recycling`)
         self._recycler: Recycler | None = None
-        #: ``step_chunk``'s work; the chunk's arrays are the front's own unless the backend
-        #: keeps them (:meth:`_start_chunks`)
-        self._chunks = ChunkStepper(
-            n,
-            self.single_observation_space,
-            self.single_action_space,
-            self.autoreset_mode,
-            self.info_format,
-            self.copy,
-            PlainChunkRooms(n),
-        )
 
     def _start_chunks(self, rooms: ChunkRooms) -> None:
         """Keep action chunks' arrays where the backend's units read and write them (after

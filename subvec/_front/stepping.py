@@ -35,8 +35,16 @@ from subvec._backend import Backend, Failure, Outcome, Unit
 from subvec._batch import BatchViews
 from subvec._commands import Command, Status, StepEnvsPayload, UnitReply
 from subvec._compat import AutoresetMode
+from subvec._front.async_chunks import (
+    ChunkEnvResult,
+    ChunkWork,
+    chunk_batch,
+    chunk_results,
+    restarted_chunk,
+)
 from subvec._front.async_stats import AsyncRecorder
 from subvec._front.calls import checked_env_ids
+from subvec._front.chunk import ChunkStepper
 from subvec._front.merge import InfoMerger, make_merger
 from subvec._front.observations import ObservationBatch
 from subvec._front.options import EnvResetOptions, ResetOptions
@@ -66,12 +74,18 @@ _IN_BLOCK: Any = object()
 
 
 class _Flight(NamedTuple):
-    """A unit's command in flight: a ``"step"`` or a ``"reset"`` of ``envs``, the oldest of
-    which was sent its work at ``oldest`` (its place in the send order)."""
+    """A unit's command in flight: a ``"step"``, a ``"reset"`` or a ``"chunk"`` (``work``) of
+    ``envs``, the oldest of which was sent its work at ``oldest`` (its place in the send
+    order)."""
 
     kind: str
     envs: list[int]
     oldest: int
+    work: ChunkWork | None = None
+
+    @property
+    def substeps(self) -> int:
+        return 1 if self.work is None else self.work.chunk
 
 
 @dataclass(frozen=True)
@@ -107,6 +121,7 @@ class AsyncEngine:
         policy: the failure policy (restarts are made through it).
         spaces: the single observation and action spaces.
         autoreset_mode, info_format, batch_size: the front's settings.
+        chunks: the front's ``step_chunk`` work (its checks and the chunk arrays).
         refuses_ended: whether an ended env is refused work until reset (DISABLED without
             freeze).
         hooks: what the front does for the engine (see :class:`FrontHooks`).
@@ -128,6 +143,7 @@ class AsyncEngine:
         info_format: str,
         batch_size: int,
         hooks: FrontHooks,
+        chunks: ChunkStepper,
         refuses_ended: bool = False,
     ) -> None:
         self._units = units
@@ -135,6 +151,7 @@ class AsyncEngine:
         self._hooks = hooks
         self._reset_options = reset_options
         self._policy = policy
+        self._chunks = chunks
         self.single_observation_space, self.single_action_space = spaces
         self.num_envs = len(needs_reset)
         self.autoreset_mode = autoreset_mode
@@ -160,9 +177,10 @@ class AsyncEngine:
         self._observations = slots.batches[0] if slots is not None else batch.observations
         self._obs_fixed = slots.leaves[0] if slots is not None else batch.obs_leaves
         self._flight: dict[int, _Flight] = {}  # unit index -> its command in flight
-        self._queued: dict[int, dict[int, Any]] = {}  # unit index -> {env: action}
+        # unit index -> {env: its action, or the chunk (ChunkWork) it is to run}
+        self._queued: dict[int, dict[int, Any]] = {}
         # the held results; ``recv`` serves them in the order their envs were sent work
-        self._ready: dict[int, EnvResult | InBlock] = {}
+        self._ready: dict[int, EnvResult | InBlock | ChunkEnvResult] = {}
         self._after_restart: dict[int, EnvResult] = {}  # idle envs whose unit was rebuilt
         self._last_ids: np.ndarray | None = None
         # Each env's place in the order envs were sent work (a send, a reset): held results
@@ -207,10 +225,29 @@ class AsyncEngine:
         """The held envs in the order they were sent their work: the order ``recv`` serves."""
         return sorted(self._ready, key=self._sent_at.__getitem__)
 
-    def in_flight_kinds(self) -> list[str]:
-        """The commands in flight (``"reset"``, ``"step"``), one per unit; with results
-        held and nothing in flight, ``["step"]`` (what a wait would be for)."""
-        return [flight.kind for flight in self._flight.values()] or ["step"]
+    def in_flight_kinds(self) -> list[tuple[str, int]]:
+        """The commands in flight and queued, ``(kind, substeps)`` (``("reset", 1)``,
+        ``("step", 1)``, ``("chunk", K)``); with none, ``[("step", 1)]`` (what a wait
+        would be for)."""
+        kinds = [(flight.kind, flight.substeps) for flight in self._flight.values()]
+        kinds += [
+            ("chunk", action.chunk)
+            for queued in self._queued.values()
+            for action in queued.values()
+            if isinstance(action, ChunkWork)
+        ]
+        return kinds or [("step", 1)]
+
+    def _chunk_in_flight(self) -> ChunkWork | None:
+        """A chunk in flight or queued (they all share K and ``all_obs``), if any."""
+        for flight in self._flight.values():
+            if flight.work is not None:
+                return flight.work
+        for queued in self._queued.values():
+            for action in queued.values():
+                if isinstance(action, ChunkWork):
+                    return action
+        return None
 
     def _outstanding(self) -> bool:
         return bool(self._flight or any(self._queued.values()) or self._ready)
@@ -276,15 +313,37 @@ class AsyncEngine:
             self._queued.setdefault(self._units.index_of_env(env), {})[env] = action
         self._dispatch()
 
-    def _checked_ids(self, env_ids: Any) -> np.ndarray:
+    def send_chunk(self, actions: Any, env_ids: Any, stop_on_done: bool, all_obs: bool) -> None:
+        """``VectorFront.send_chunk``, once the front allows it.
+
+        Raises:
+            ValueError, TypeError: bad env ids, or a batch that is not chunks of the action
+                space for them, or a K (or ``all_obs``) other than that of the chunks in
+                flight; nothing is sent.
+        """
+        ids = self._checked_ids(env_ids, "send_chunk")
+        work = self._chunks.work(actions, ids, stop_on_done, all_obs, self._chunk_in_flight())
+        self._hooks.enter()
+        self._stamp(ids)
+        self.recorder.sent(ids.tolist())
+        for env in ids.tolist():
+            rebuilt = self._after_restart.pop(env, None)
+            if rebuilt is not None:  # its env was rebuilt while idle: report that instead
+                space = self.single_observation_space
+                self._ready[env] = restarted_chunk(work, env, rebuilt, space, lost=False)
+                continue
+            self._queued.setdefault(self._units.index_of_env(env), {})[env] = work
+        self._dispatch()
+
+    def _checked_ids(self, env_ids: Any, method: str = "send") -> np.ndarray:
         if env_ids is None:
             if self._last_ids is None:
-                raise ValueError("send() needs env_ids: no recv() has returned envs yet")
+                raise ValueError(f"{method}() needs env_ids: no recv() has returned envs yet")
             env_ids = self._last_ids
-        checked = checked_env_ids(env_ids, self.num_envs, "send")
+        checked = checked_env_ids(env_ids, self.num_envs, method)
         assert checked is not None
         if not checked:
-            raise ValueError("send: env_ids is empty: send() needs at least one env")
+            raise ValueError(f"{method}: env_ids is empty: {method}() needs at least one env")
         ids = np.array(checked, dtype=np.int64)
         taken = [e for e in checked if self._busy(e)]
         if taken:
@@ -336,6 +395,7 @@ class AsyncEngine:
                 )
             ids = self._awaited_ids(env_ids)
             self._wait_for(lambda: all(e in self._ready for e in ids), len(ids), timeout, ids)
+            self._one_shape(ids, "recv(env_ids=...)")
             return self._returned(ids, len(ids), began)
         lo, hi = self._bounds(min_envs, max_envs)
         need = min(lo, len(self._ready) + self._in_flight_count())
@@ -348,7 +408,7 @@ class AsyncEngine:
                 if remaining <= 0:
                     break
                 self._collect_ready(remaining, wait=True, want=hi - len(self._ready))
-        chosen = self._oldest_first()[:hi]
+        chosen = self._served(hi)
         flight = self._flight
         if flight and chosen:
             sent_at = self._sent_at
@@ -362,11 +422,49 @@ class AsyncEngine:
                 _yield_cpu()
             if passed_over or len(chosen) < hi:
                 self._collect_ready(0.0, wait=False)
-                chosen = self._oldest_first()[:hi]
+                chosen = self._served(hi)
         elif flight:  # nothing ready yet (min_envs=0): take what has come in since
             self._collect_ready(0.0, wait=False)
-            chosen = self._oldest_first()[:hi]
+            chosen = self._served(hi)
         return self._returned(chosen, hi, began)
+
+    def _served(self, most: int) -> list[int]:
+        """The held envs the next batch returns: oldest first, up to ``most``, those whose
+        results have the shape of the oldest's (a step's, or a chunk's of one K and
+        ``all_obs``: a batch holds one shape)."""
+        order = self._oldest_first()
+        chosen = order[:most]
+        if chosen:
+            ready = self._ready
+            shape = _shape_of(ready[chosen[0]])
+            if any(_shape_of(ready[e]) != shape for e in chosen[1:]):
+                chosen = [e for e in order if _shape_of(ready[e]) == shape][:most]
+        return chosen
+
+    def _one_shape(self, ids: Sequence[int], method: str) -> None:
+        """Raise unless the held results of ``ids`` batch together (nothing is lost).
+
+        Raises:
+            ValueError: some are chunks' and others steps', or chunks of another K or
+                ``all_obs``.
+        """
+        shapes: dict[Any, list[int]] = {}
+        for env in ids:
+            shapes.setdefault(_shape_of(self._ready[env]), []).append(env)
+        if len(shapes) > 1:
+            said = "; ".join(
+                f"envs {envs}: "
+                + (
+                    "a step's"
+                    if shape is None
+                    else f"a chunk of K={shape[0]}" + (" with all_obs" if shape[1] else "")
+                )
+                for shape, envs in shapes.items()
+            )
+            raise ValueError(
+                f"{method}: the results held are of different shapes ({said}); a batch holds "
+                "one: recv(env_ids=...) each set (nothing is lost)"
+            )
 
     def _returned(
         self, ids: Sequence[int], max_envs: int, began: float
@@ -425,7 +523,9 @@ class AsyncEngine:
         while self._flight or any(self._queued.values()):
             want = sum(len(flight.envs) for flight in self._flight.values())
             self._collect_ready(timeout, wait=True, want=want, hang=True)
-        return self._take(self._oldest_first())
+        ids = self._oldest_first()
+        self._one_shape(ids, "drain")
+        return self._take(ids)
 
     def _bounds(self, min_envs: int | None, max_envs: int | None) -> tuple[int, int]:
         n = self.num_envs
@@ -476,8 +576,20 @@ class AsyncEngine:
         for oldest, index in sorted(free):
             queued = self._queued[index]
             unit = self._units.unit(index)
-            envs = sorted(queued)
-            actions: list[Any] | None = [queued[e] for e in envs]
+            # One command: the steps queued, or the envs of one chunk; the oldest env's
+            # decides which, the others wait for the next.
+            head = queued[min(queued, key=sent_at.__getitem__)]
+            work = head if isinstance(head, ChunkWork) else None
+            envs = sorted(
+                e
+                for e, a in queued.items()
+                if (a is work if work is not None else not isinstance(a, ChunkWork))
+            )
+            actions: list[Any] | None = [queued.pop(e) for e in envs]
+            if work is not None:
+                payloads[index] = work.payload(unit, envs)
+                self._flight[index] = _Flight("chunk", envs, oldest, work)
+                continue
             assert actions is not None
             if all(a is _IN_BLOCK for a in actions):
                 actions = None  # the worker reads them from the block
@@ -487,7 +599,6 @@ class AsyncEngine:
                 actions = [read(e) if a is _IN_BLOCK else a for e, a in zip(envs, actions)]
             payloads[index] = StepEnvsPayload([e - unit.lo for e in envs], actions)
             self._flight[index] = _Flight("step", envs, oldest)
-            queued.clear()
         for backend in self._units.backends:
             units = [
                 u for u in map(self._units.unit, payloads) if self._units.backend(u) is backend
@@ -529,15 +640,26 @@ class AsyncEngine:
                     for u in mine
                 ]
         for index in outcomes:
-            kind, envs, _ = flight.pop(index)
-            self._hold(self._units.unit(index), kind, envs, outcomes[index])
+            gone = flight.pop(index)
+            self._hold(self._units.unit(index), gone, outcomes[index])
         if failures:
             self._async_failures(failures, timeout)
         self._dispatch()
 
-    def _hold(self, unit: Unit, kind: str, envs: list[int], outcome: Outcome) -> None:
+    def _hold(self, unit: Unit, flight: _Flight, outcome: Outcome) -> None:
         """Copy each env's result out of the batch arrays and hold it for ``recv``."""
+        kind, envs = flight.kind, flight.envs
         self.recorder.ready(envs)
+        if flight.work is not None:
+            got = chunk_results(
+                unit, envs, flight.work, outcome, self.single_observation_space, self._last_obs
+            )
+            if self.autoreset_mode is AutoresetMode.DISABLED:
+                for env, result in got.items():
+                    if result.error is None:
+                        self._needs_reset[env] = result.ended
+            self._ready.update(got)
+            return
         status, value = outcome
         if status is Status.OK and self._obs_shared:  # the usual answer: all in the rows
             self._hold_in_block(kind == "reset", envs)
@@ -584,20 +706,25 @@ class AsyncEngine:
             if isinstance(held, InBlock):
                 ready[env] = self._result(env, held.reset, [], {})
 
+    def _last_obs(self, env: int, by_value: dict[int, Any]) -> Any:
+        """Env ``env``'s observation, copied out of the batch arrays or (kept first) out of
+        the reply's by-value ones ``by_value`` (global env -> obs)."""
+        if self._obs_shared:
+            return copy_row(self._observations, env)
+        if env in by_value:
+            self._obs.keep(env, deepcopy(by_value[env]))
+        obs = self._obs.env_obs[env]
+        split = self._obs_split
+        if split is not None:  # obs: its other leaves; the fixed-size ones are in the rows
+            fixed = self._obs_fixed
+            assert fixed is not None
+            obs = split.build([leaf[env, ...].copy() for leaf in fixed], obs)
+        return obs
+
     def _result(
         self, env: int, reset: bool, events: list[dict[str, Any]], by_value: dict[int, Any]
     ) -> EnvResult:
-        if self._obs_shared:
-            obs = copy_row(self._observations, env)
-        else:
-            if env in by_value:
-                self._obs.keep(env, deepcopy(by_value[env]))
-            obs = self._obs.env_obs[env]
-            split = self._obs_split
-            if split is not None:  # obs: its other leaves; the fixed-size ones are in the rows
-                fixed = self._obs_fixed
-                assert fixed is not None
-                obs = split.build([leaf[env, ...].copy() for leaf in fixed], obs)
+        obs = self._last_obs(env, by_value)
         if reset:
             return EnvResult(obs, 0.0, False, False, events)
         terminated = bool(self._terminations[env])
@@ -643,10 +770,16 @@ class AsyncEngine:
             reply = value if status is Status.OK_PAYLOAD else None
             events = events_by_env(unit.lo, reply)
             by_value = obs_by_env(unit.lo, reply)
+            space = self.single_observation_space
             for env in range(unit.lo, unit.hi):
                 result = self._result(env, True, events.get(env, []), by_value)
                 result.truncated, result.restarted = True, True
-                if env in flying or env in queued:
+                waiting = queued.get(env)
+                if gone is not None and gone.work is not None and env in flying:
+                    self._ready[env] = restarted_chunk(gone.work, env, result, space, lost=True)
+                elif isinstance(waiting, ChunkWork):
+                    self._ready[env] = restarted_chunk(waiting, env, result, space, lost=False)
+                elif env in flying or env in queued:
                     self._ready[env] = result
                 else:  # idle or held: reported when it is next sent an action
                     self._after_restart[env] = result
@@ -656,7 +789,7 @@ class AsyncEngine:
         ready = self._ready
         for env in ids:
             held = ready[env]
-            if isinstance(held, EnvResult) and held.error is not None:
+            if not isinstance(held, InBlock) and held.error is not None:
                 del ready[env]
                 self._leave_if_done()
                 raise held.error
@@ -665,7 +798,14 @@ class AsyncEngine:
         merger = self._mergers.get(k)
         if merger is None:
             merger = self._mergers[k] = make_merger(self.info_format, k)
-        if k and all(isinstance(ready[env], InBlock) for env in ids):
+        if k and type(ready[ids[0]]) is ChunkEnvResult:  # chunks of one shape (``_served``)
+            chunks = [ready.pop(env) for env in ids]
+            obs, rewards, terminations, truncations, infos = chunk_batch(
+                self.single_observation_space,
+                chunks,  # type: ignore[arg-type]
+                self.info_format,
+            )
+        elif k and all(isinstance(ready[env], InBlock) for env in ids):
             # each handed out (popped), the rows of the resets among them
             resets = [row for row, env in enumerate(ids) if ready.pop(env) is RESET_IN_BLOCK]
             obs = take_rows(self._observations, env_ids)
@@ -682,6 +822,7 @@ class AsyncEngine:
                 held = ready.pop(env)
                 if isinstance(held, InBlock):
                     held = self._result(env, held.reset, [], {})
+                assert isinstance(held, EnvResult)
                 results.append(held)
             obs, rewards, terminations, truncations, infos = batch_of(
                 self.single_observation_space, results, merger
@@ -694,3 +835,8 @@ class AsyncEngine:
             infos["env_id"] = env_ids
         self._last_ids = env_ids
         return obs, rewards, terminations, truncations, infos
+
+
+def _shape_of(held: EnvResult | InBlock | ChunkEnvResult) -> tuple[int, bool] | None:
+    """A held result's shape: None for a step's or a reset's, ``(K, all_obs)`` for a chunk's."""
+    return held.shape if type(held) is ChunkEnvResult else None

@@ -135,7 +135,7 @@ class LocalShare:
             payload = per_unit(self)
         slab = self.slab
         self._command = command
-        if command is Command.STEP_ENVS and payload.substeps == 1:
+        if command is Command.STEP_ENVS and not payload.is_chunk:
             self._pending = lambda: slab.step(payload.envs, payload.actions, payload.action_dtypes)
         elif command is Command.RESET:
             self._pending = lambda: slab.reset(

@@ -800,7 +800,7 @@ def _is_short_step(payload: Any) -> bool:
         and payload.envs is None
         and payload.actions is None
         and payload.action_dtypes is None
-        and payload.substeps == 1
+        and payload.block is None
     )
 
 
@@ -814,4 +814,4 @@ def _is_lockstep(
     record = payload if per_unit is None else per_unit(targets[0])
     if isinstance(record, bytes):  # encoded already
         record = proto.decode_step_envs(record)
-    return bool(record.envs is None or record.substeps > 1)
+    return bool(record.envs is None or record.is_chunk)

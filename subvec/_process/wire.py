@@ -186,7 +186,7 @@ def encode_step_envs(payload: StepEnvsPayload) -> bytes:
         envs is not None
         and payload.actions is None
         and payload.action_dtypes is None
-        and payload.substeps == 1
+        and payload.block is None
         and envs[-1] < 1 << 16
     ):
         if len(envs) == 1:

@@ -391,7 +391,7 @@ class _Server:
                 result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
         elif command is Command.STEP_ENVS:
             some = proto.decode_step_envs(payload)
-            if some.substeps > 1:
+            if some.is_chunk:
                 return self._chunk(some)
             result = slab.step(some.envs, some.actions, some.action_dtypes)
             self.env_steps_some += len(slab.envs) if some.envs is None else len(some.envs)

@@ -1,0 +1,261 @@
+"""Action chunks in asynchronous stepping: ``send_chunk`` on any set of envs, results through
+``recv``.
+
+    ChunkWork         one ``send_chunk`` call: K, ``stop_on_done``, ``all_obs``, the chunk
+                      arrays it runs in, and its actions (in those arrays' rows, or by value);
+                      each unit of its envs gets one STEP_ENVS of K sub-steps for them
+    chunk_results     a unit's answer to such a command, as one :class:`ChunkEnvResult` per
+                      env, copied out of the chunk arrays at once (they are shared by every
+                      chunk in flight, and a later one may reuse the rows)
+    restarted_chunk   an env whose unit was rebuilt mid-chunk: the sub-steps before the loss,
+                      then truncated with ``worker_restarted``, as ``step_chunk`` reports it
+    chunk_batch       the batch ``recv`` returns for envs that ran chunks of the same shape
+
+Per env, the sub-steps are exactly those of ``step_chunk`` (``EnvSlab.step_chunk`` runs them),
+so a chunk sent to some envs while others are in flight gives each env the trajectory it would
+have had in lock-step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gymnasium import Space
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+
+from subvec._backend import Outcome, Unit
+from subvec._batch import ChunkBlock
+from subvec._commands import Status, StepEnvsPayload, UnitReply
+from subvec._front.merge import merge_chunk_infos
+from subvec._front.results import obs_by_env, reply_errors
+from subvec._front.step_results import EnvResult, copy_row
+
+__all__ = ["ChunkEnvResult", "ChunkWork", "chunk_batch", "chunk_results", "restarted_chunk"]
+
+#: a chunk result's shape: ``(K, all_obs)``; results of one shape batch together
+ChunkShape = tuple[int, bool]
+
+
+class ChunkWork:
+    """One ``send_chunk`` call: its settings, the chunk arrays its units write, and its
+    actions (None: in those arrays' action rows; else the checked leaves, ``(len(ids), K,
+    ...)`` each, in the caller's dtypes, one row per env of ``ids`` in that order)."""
+
+    __slots__ = ("all_obs", "chunk", "leaves", "rows_of", "stop_on_done", "views")
+
+    def __init__(
+        self,
+        chunk: int,
+        stop_on_done: bool,
+        all_obs: bool,
+        views: ChunkBlock,
+        ids: Sequence[int],
+        leaves: tuple[np.ndarray, ...] | None,
+    ) -> None:
+        self.chunk = chunk
+        self.stop_on_done = stop_on_done
+        self.all_obs = all_obs
+        self.views = views
+        self.leaves = leaves
+        #: each env's row in ``leaves``
+        self.rows_of = {int(env): row for row, env in enumerate(ids)}
+
+    @property
+    def shape(self) -> ChunkShape:
+        return self.chunk, self.all_obs
+
+    def payload(self, unit: Unit, envs: Sequence[int]) -> StepEnvsPayload:
+        """The command of ``unit`` for its ``envs`` (global, ascending) of this chunk: the
+        actions by value are the unit's rows of each leaf (rows of envs not run: zeros)."""
+        local = [e - unit.lo for e in envs]
+        actions: list[np.ndarray] | None = None
+        if self.leaves is not None:
+            size = unit.hi - unit.lo
+            rows = [self.rows_of[e] for e in envs]
+            actions = []
+            for leaf in self.leaves:
+                mine = np.zeros((size, *leaf.shape[1:]), dtype=leaf.dtype)
+                mine[local] = leaf[rows]
+                actions.append(mine)
+        return StepEnvsPayload(
+            local, actions, self.chunk, self.stop_on_done, self.all_obs, self.views.spec
+        )
+
+
+@dataclass
+class ChunkEnvResult:
+    """One env's chunk result, copied out when its unit answered."""
+
+    shape: ChunkShape
+    #: the observation after its last executed sub-step; with ``all_obs``, every sub-step's
+    #: (a nest of ``(K, ...)`` arrays, rows past an early stop repeating the last)
+    obs: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    steps: int
+    #: ``(sub-step, info)`` in order
+    events: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    error: BaseException | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether its last executed sub-step ended its episode."""
+        last = max(self.steps, 1) - 1
+        return bool(self.terminations[last] or self.truncations[last])
+
+
+def chunk_results(
+    unit: Unit,
+    envs: Sequence[int],
+    work: ChunkWork,
+    outcome: Outcome,
+    space: Space[Any],
+    last_obs: Callable[[int, dict[int, Any]], Any],
+) -> dict[int, ChunkEnvResult]:
+    """``unit``'s answer to its chunk command for ``envs``, per env.
+
+    Args:
+        unit, envs: the unit and the envs (global) it ran the chunk on.
+        work: the chunk.
+        outcome: the unit's answer.
+        space: the single observation space.
+        last_obs: ``last_obs(env, by_value)``: the env's observation after its last
+            sub-step, from the batch arrays or the reply's by-value ones (global env ->
+            obs), as an asynchronous step's result reads it.
+    """
+    status, value = outcome
+    k = work.chunk
+    if status is Status.ERROR:  # the whole command failed: every env of it reports it
+        return {env: _failed(work, value) for env in envs}
+    reply: UnitReply | None = value if status is Status.OK_PAYLOAD else None
+    errors = reply_errors(unit, reply)
+    events: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    sub_obs: dict[int, list[Any]] = {}
+    by_value = obs_by_env(unit.lo, reply)
+    if reply is not None:
+        for local, sub, info in reply.infos or ():
+            events.setdefault(unit.lo + local, []).append((sub, info))
+        for local, seen in reply.sub_obs or ():
+            sub_obs[unit.lo + local] = seen
+    arrays = None if reply is None else reply.arrays
+    if arrays is None:
+        rewards, terms, truncs, obs_rows = work.views.batch(k)
+        steps = work.views.steps
+    results: dict[int, ChunkEnvResult] = {}
+    for pos, env in enumerate(envs):
+        error = errors.get(env)
+        if error is not None:
+            results[env] = _failed(work, error)
+            continue
+        if arrays is not None:  # a unit that keeps no block rows (Ray): rows in envs' order
+            r, te, tr, st, ob = arrays
+            row_rewards, row_terms, row_truncs, done = r[pos], te[pos], tr[pos], int(st[pos])
+            obs = copy_row(ob, pos) if ob is not None else None
+        else:
+            row_rewards, row_terms, row_truncs = rewards[env], terms[env], truncs[env]
+            done = int(steps[env])
+            obs = None
+            if work.all_obs and obs_rows is not None:
+                obs = copy_row(obs_rows, env)
+        if obs is None:
+            if work.all_obs:
+                seen = sub_obs[env]
+                seen = seen + [seen[-1]] * (k - len(seen))
+                obs = concatenate(space, seen, create_empty_array(space, n=k))  # type: ignore[arg-type]
+            else:
+                obs = last_obs(env, by_value)
+        results[env] = ChunkEnvResult(
+            work.shape,
+            obs,
+            np.array(row_rewards, dtype=np.float64),
+            np.array(row_terms, dtype=np.bool_),
+            np.array(row_truncs, dtype=np.bool_),
+            done,
+            events.get(env, []),
+        )
+    return results
+
+
+def _failed(work: ChunkWork, error: BaseException) -> ChunkEnvResult:
+    k = work.chunk
+    zeros = np.zeros(k, dtype=np.bool_)
+    return ChunkEnvResult(work.shape, None, np.zeros(k), zeros, zeros.copy(), 0, [], error=error)
+
+
+def restarted_chunk(
+    work: ChunkWork, env: int, reset: EnvResult, space: Space[Any], lost: bool
+) -> ChunkEnvResult:
+    """Env ``env``'s chunk when its unit was rebuilt: the sub-steps before the one it was lost
+    at keep what the unit wrote (``lost``: it was running; else it had not started, and is
+    lost at sub-step 0), and that sub-step is truncated with the replacement's reset
+    (``reset``: its observation and events) and ``worker_restarted``."""
+    k = work.chunk
+    rewards = np.zeros(k, dtype=np.float64)
+    terms = np.zeros(k, dtype=np.bool_)
+    truncs = np.zeros(k, dtype=np.bool_)
+    views = work.views
+    # The progress count the unit wrote after each sub-step (zeroed as the chunk was sent;
+    # a unit that answers with its arrays, Ray's, writes none: lost at sub-step 0).
+    j = min(int(views.steps[env]), k - 1) if lost else 0
+    all_rewards, all_terms, all_truncs, obs_rows = views.batch(k)
+    rewards[:j] = all_rewards[env, :j]
+    terms[:j] = all_terms[env, :j]
+    truncs[:j] = all_truncs[env, :j]
+    truncs[j] = True
+    events = [(j, info) for info in reset.events]
+    events.append((j, {"worker_restarted": True}))
+    obs = reset.obs
+    if work.all_obs:
+        rows = create_empty_array(batch_space(space, k))
+        if obs_rows is not None and j:
+            _copy_into(rows, copy_row(obs_rows, env))
+        _fill_from(rows, obs, j)
+        obs = rows
+    return ChunkEnvResult(work.shape, obs, rewards, terms, truncs, j + 1, events)
+
+
+def _copy_into(target: Any, source: Any) -> None:
+    if isinstance(target, dict):
+        for key, value in target.items():
+            _copy_into(value, source[key])
+    elif isinstance(target, tuple):
+        for value, part in zip(target, source):
+            _copy_into(value, part)
+    else:
+        target[...] = source
+
+
+def _fill_from(rows: Any, obs: Any, j: int) -> None:
+    """Rows ``j..`` of ``rows`` (a nest of ``(K, ...)`` arrays) set to ``obs``."""
+    if isinstance(rows, dict):
+        for key, value in rows.items():
+            _fill_from(value, obs[key], j)
+    elif isinstance(rows, tuple):
+        for value, part in zip(rows, obs):
+            _fill_from(value, part, j)
+    else:
+        rows[j:] = obs
+
+
+def chunk_batch(
+    space: Space[Any], results: Sequence[ChunkEnvResult], info_format: str
+) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+    """The batch of chunk ``results`` of one shape, in their order, as ``step_chunk``'s:
+    rewards and flags ``(n, K)``, observations ``(n, ...)`` (``all_obs``: ``(n, K, ...)``),
+    infos with the chunk axis and ``chunk_steps``."""
+    k, all_obs = results[0].shape
+    n = len(results)
+    row_space = batch_space(space, k) if all_obs else space
+    out = create_empty_array(row_space, n=n, fn=np.zeros)
+    obs = concatenate(row_space, [r.obs for r in results], out)  # type: ignore[arg-type]
+    rewards = np.stack([r.rewards for r in results])
+    terms = np.stack([r.terminations for r in results])
+    truncs = np.stack([r.truncations for r in results])
+    steps = np.array([r.steps for r in results], dtype=np.int64)
+    events = [(row, sub, info) for row, r in enumerate(results) for sub, info in r.events]
+    infos = merge_chunk_infos(info_format, events, n, k, steps)
+    return obs, rewards, terms, truncs, infos
