@@ -19,7 +19,7 @@ from subvec import EnvError, SubprocVectorEnv, WorkerDiedError
 from subvec._compat import AutoresetMode
 from tests.chunks import check_async_chunks, sample_chunks
 from tests.envs import CrashEnv, ZooEnv
-from tests.oracle import DEFAULT_MODE, offered_modes
+from tests.oracle import DEFAULT_MODE, offered_modes, require_offered
 from tests.vectorisers import make_vector_env
 
 pytestmark = pytest.mark.timeout(60)
@@ -175,6 +175,7 @@ def test_chunks_of_other_dtypes_travel_by_value_and_match() -> None:
 
 
 def test_frozen_envs_in_async_chunks_match_step_chunk() -> None:
+    require_offered(AutoresetMode.DISABLED)  # freeze is DISABLED's (gymnasium >= 1.0)
     fns = [lambda: ZooEnv(max_steps=3, terminate_prob=0.0)] * 4
     kw = {"envs_per_worker": 2, "freeze": True}
     envs, twin = SubprocVectorEnv(fns, **kw), SubprocVectorEnv(fns, **kw)

@@ -70,7 +70,9 @@ class ChunkWork:
     def payload(self, unit: Unit, envs: Sequence[int]) -> StepEnvsPayload:
         """The command of ``unit`` for its ``envs`` (global, ascending) of this chunk: the
         actions by value are the unit's rows of each leaf (rows of envs not run: zeros)."""
-        local = [e - unit.lo for e in envs]
+        local: Sequence[int] = [e - unit.lo for e in envs]
+        if local[-1] == len(local) - 1:  # the unit's first envs: the few bytes of a chunk's
+            local = range(len(local))  # own form, not a pickle (``_process.wire``)
         actions: list[np.ndarray] | None = None
         if self.leaves is not None:
             size = unit.hi - unit.lo

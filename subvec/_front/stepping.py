@@ -81,11 +81,9 @@ class _Flight(NamedTuple):
     kind: str
     envs: list[int]
     oldest: int
+    #: sub-steps each env runs (a chunk's K)
+    substeps: int = 1
     work: ChunkWork | None = None
-
-    @property
-    def substeps(self) -> int:
-        return 1 if self.work is None else self.work.chunk
 
 
 @dataclass(frozen=True)
@@ -189,6 +187,9 @@ class AsyncEngine:
         self._sent_at = [0] * self.num_envs
         self._sends = 0
         self._action_spaces: dict[int, Space[Any]] = {}
+        #: whether ``send_chunk`` was ever called: until then every result is a step's, and
+        #: a unit's queue holds one kind of work (no shapes to sort out)
+        self._chunks_sent = False
         self._mergers: dict[int, InfoMerger] = {}
         #: who waits on whom (``VectorFront.async_stats``)
         self.recorder = AsyncRecorder(self.num_envs)
@@ -230,12 +231,13 @@ class AsyncEngine:
         ``("step", 1)``, ``("chunk", K)``); with none, ``[("step", 1)]`` (what a wait
         would be for)."""
         kinds = [(flight.kind, flight.substeps) for flight in self._flight.values()]
-        kinds += [
-            ("chunk", action.chunk)
-            for queued in self._queued.values()
-            for action in queued.values()
-            if isinstance(action, ChunkWork)
-        ]
+        if self._chunks_sent:
+            kinds += [
+                ("chunk", action.chunk)
+                for queued in self._queued.values()
+                for action in queued.values()
+                if isinstance(action, ChunkWork)
+            ]
         return kinds or [("step", 1)]
 
     def _chunk_in_flight(self) -> ChunkWork | None:
@@ -323,6 +325,7 @@ class AsyncEngine:
         """
         ids = self._checked_ids(env_ids, "send_chunk")
         work = self._chunks.work(actions, ids, stop_on_done, all_obs, self._chunk_in_flight())
+        self._chunks_sent = True
         self._hooks.enter()
         self._stamp(ids)
         self.recorder.sent(ids.tolist())
@@ -434,7 +437,7 @@ class AsyncEngine:
         ``all_obs``: a batch holds one shape)."""
         order = self._oldest_first()
         chosen = order[:most]
-        if chosen:
+        if chosen and self._chunks_sent:
             ready = self._ready
             shape = _shape_of(ready[chosen[0]])
             if any(_shape_of(ready[e]) != shape for e in chosen[1:]):
@@ -576,19 +579,23 @@ class AsyncEngine:
         for oldest, index in sorted(free):
             queued = self._queued[index]
             unit = self._units.unit(index)
-            # One command: the steps queued, or the envs of one chunk; the oldest env's
-            # decides which, the others wait for the next.
-            head = queued[min(queued, key=sent_at.__getitem__)]
-            work = head if isinstance(head, ChunkWork) else None
-            envs = sorted(
-                e
-                for e, a in queued.items()
-                if (a is work if work is not None else not isinstance(a, ChunkWork))
-            )
+            work = None
+            if self._chunks_sent:
+                # One command: the steps queued, or the envs of one chunk; the oldest env's
+                # decides which, the others wait for the next.
+                head = queued[min(queued, key=sent_at.__getitem__)]
+                work = head if isinstance(head, ChunkWork) else None
+                envs = sorted(
+                    e
+                    for e, a in queued.items()
+                    if (a is work if work is not None else not isinstance(a, ChunkWork))
+                )
+            else:
+                envs = sorted(queued)
             actions: list[Any] | None = [queued.pop(e) for e in envs]
             if work is not None:
                 payloads[index] = work.payload(unit, envs)
-                self._flight[index] = _Flight("chunk", envs, oldest, work)
+                self._flight[index] = _Flight("chunk", envs, oldest, work.chunk, work)
                 continue
             assert actions is not None
             if all(a is _IN_BLOCK for a in actions):
