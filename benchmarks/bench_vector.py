@@ -35,7 +35,10 @@ emulation of the suite's own env, in lock step (``batch_size = num_envs``, ``zer
 a worker per physical core or one worker; ``envpool`` / ``envpool_cpus`` step EnvPool's own C++
 ``CartPole-v1`` and ``Pong-v5`` in lock step (``batch_size = num_envs``) with its default
 ``num_threads`` or one thread per usable CPU, for the ``cartpole`` and ``pong`` workloads only
-(EnvPool's Pong-v5 preprocesses its frames unlike ALE/Pong-v5: see ``ENVPOOL_NOTES``).
+(EnvPool's Pong-v5 preprocesses its frames unlike ALE/Pong-v5: see ``ENVPOOL_NOTES``);
+``torchrl_parallel`` is torchrl's ``ParallelEnv`` (``pip install torchrl`` after torch) over
+``GymWrapper`` of the suite's env, a worker per usable CPU (``SerialEnv`` of the rest inside
+each), stepped with ``step_and_maybe_reset`` and torch actions, as torchrl's collectors do.
 
 Outputs: ``<out-dir>/<tag>.jsonl`` (one summary line per configuration, raw values included),
 ``<out-dir>/<tag>.md`` (markdown tables) and ``<img-dir>/<tag>-<workload>.png`` (throughput
