@@ -624,20 +624,26 @@ def test_an_unknown_start_method_is_refused_before_anything_starts() -> None:
 # --- action chunks ------------------------------------------------------------------------
 
 
+def _count_actor_calls(envs: Any) -> list[int]:
+    """The commands of every actor call from now on, in order (the list grows)."""
+    calls: list[int] = []
+    for unit in envs._backends[0].units:
+        run = unit.actor.run
+
+        class Counting:
+            def remote(self, command: int, payload: Any, run: Any = run) -> Any:
+                calls.append(command)
+                return run.remote(command, payload)
+
+        unit.actor.run = Counting()
+    return calls
+
+
 @pytest.mark.parametrize("mode", offered_modes(), ids=lambda m: m.value)
 def test_chunks_match_sync_per_env_with_one_actor_call_per_chunk(mode: AutoresetMode) -> None:
     fns = [lambda: gym.make("CartPole-v1")] * 4
     with RayEnvs(fns, autoreset_mode=mode) as envs:
-        calls: list[int] = []
-        for unit in envs._backends[0].units:  # count the actor calls
-            run = unit.actor.run
-
-            class Counting:
-                def remote(self, command: int, payload: Any, run: Any = run) -> Any:
-                    calls.append(command)
-                    return run.remote(command, payload)
-
-            unit.actor.run = Counting()
+        calls = _count_actor_calls(envs)
         calls.clear()
         inside = run_chunks_against_oracle(envs, fns, mode, [1, 3, 8, 8, 5, 8])
         # one per actor per chunk (a chunk of one sub-step is a step, the same command)
@@ -655,16 +661,7 @@ def test_box_chunks_with_infos_match_sync_per_env() -> None:
 def test_async_chunks_match_sync_per_env_with_one_actor_call_per_set(mode: AutoresetMode) -> None:
     fns = [make_zoo("box_f32", act_space=BOX_ACT, max_steps=6, terminate_prob=0.15)] * 4
     with RayEnvs(fns, autoreset_mode=mode) as envs:
-        calls: list[int] = []
-        for unit in envs._backends[0].units:  # count the actor calls
-            run = unit.actor.run
-
-            class Counting:
-                def remote(self, command: int, payload: Any, run: Any = run) -> Any:
-                    calls.append(command)
-                    return run.remote(command, payload)
-
-            unit.actor.run = Counting()
+        calls = _count_actor_calls(envs)
         envs.async_reset(seed=0)
         envs.drain()
         calls.clear()

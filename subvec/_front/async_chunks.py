@@ -212,35 +212,13 @@ def restarted_chunk(
     events.append((j, {"worker_restarted": True}))
     obs = reset.obs
     if work.all_obs:
-        rows = create_empty_array(batch_space(space, k))
-        if obs_rows is not None and j:
-            _copy_into(rows, copy_row(obs_rows, env))
-        _fill_from(rows, obs, j)
-        obs = rows
+        # the sub-steps before the loss as the unit wrote them (where the block has the rows;
+        # by value they were lost with it), then the reset's observation
+        mine = copy_row(obs_rows, env) if obs_rows is not None else None
+        seen = [copy_row(mine, s) for s in range(j)] if mine is not None else []
+        seen += [obs] * (k - len(seen))
+        obs = concatenate(space, seen, create_empty_array(space, n=k))  # type: ignore[arg-type]
     return ChunkEnvResult(work.shape, obs, rewards, terms, truncs, j + 1, events)
-
-
-def _copy_into(target: Any, source: Any) -> None:
-    if isinstance(target, dict):
-        for key, value in target.items():
-            _copy_into(value, source[key])
-    elif isinstance(target, tuple):
-        for value, part in zip(target, source):
-            _copy_into(value, part)
-    else:
-        target[...] = source
-
-
-def _fill_from(rows: Any, obs: Any, j: int) -> None:
-    """Rows ``j..`` of ``rows`` (a nest of ``(K, ...)`` arrays) set to ``obs``."""
-    if isinstance(rows, dict):
-        for key, value in rows.items():
-            _fill_from(value, obs[key], j)
-    elif isinstance(rows, tuple):
-        for value, part in zip(rows, obs):
-            _fill_from(value, part, j)
-    else:
-        rows[j:] = obs
 
 
 def chunk_batch(
