@@ -33,7 +33,14 @@ from subvec._front.merge import merge_chunk_infos
 from subvec._front.results import obs_by_env, reply_errors
 from subvec._front.step_results import EnvResult, copy_row
 
-__all__ = ["ChunkEnvResult", "ChunkWork", "chunk_batch", "chunk_results", "restarted_chunk"]
+__all__ = [
+    "ChunkEnvResult",
+    "ChunkWork",
+    "chunk_batch",
+    "chunk_results",
+    "describe_shapes",
+    "restarted_chunk",
+]
 
 #: a chunk result's shape: ``(K, all_obs)``; results of one shape batch together
 ChunkShape = tuple[int, bool]
@@ -239,3 +246,16 @@ def chunk_batch(
     events = [(row, sub, info) for row, r in enumerate(results) for sub, info in r.events]
     infos = merge_chunk_infos(info_format, events, n, k, steps)
     return obs, rewards, terms, truncs, infos
+
+
+def describe_shapes(shapes: dict[ChunkShape | None, list[int]]) -> str:
+    """Which envs hold results of which shape (None: a step's), for an error message."""
+    return "; ".join(
+        f"envs {envs}: "
+        + (
+            "a step's"
+            if shape is None
+            else f"a chunk of K={shape[0]}" + (" with all_obs" if shape[1] else "")
+        )
+        for shape, envs in shapes.items()
+    )

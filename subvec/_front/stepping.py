@@ -40,6 +40,7 @@ from subvec._front.async_chunks import (
     ChunkWork,
     chunk_batch,
     chunk_results,
+    describe_shapes,
     restarted_chunk,
 )
 from subvec._front.async_stats import AsyncRecorder
@@ -451,22 +452,15 @@ class AsyncEngine:
             ValueError: some are chunks' and others steps', or chunks of another K or
                 ``all_obs``.
         """
+        if not self._chunks_sent:  # every result is a step's
+            return
         shapes: dict[Any, list[int]] = {}
         for env in ids:
             shapes.setdefault(_shape_of(self._ready[env]), []).append(env)
         if len(shapes) > 1:
-            said = "; ".join(
-                f"envs {envs}: "
-                + (
-                    "a step's"
-                    if shape is None
-                    else f"a chunk of K={shape[0]}" + (" with all_obs" if shape[1] else "")
-                )
-                for shape, envs in shapes.items()
-            )
             raise ValueError(
-                f"{method}: the results held are of different shapes ({said}); a batch holds "
-                "one: recv(env_ids=...) each set (nothing is lost)"
+                f"{method}: the results held are of different shapes ({describe_shapes(shapes)}); "
+                "a batch holds one: recv(env_ids=...) each set (nothing is lost)"
             )
 
     def _returned(
