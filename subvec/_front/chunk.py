@@ -79,6 +79,8 @@ class ChunkStepper:
         self.rooms = rooms
         #: the last chunk's load when it was the usual one, for the next of the same kind
         self._steady: _Steady | None = None
+        #: ``send_chunk``'s checks, by the number of envs sent
+        self._checkers: dict[int, _chunk_actions.ChunkChecker] = {}
 
     def drop_views(self) -> None:
         """Forget the chunk arrays (the backend releases them as it closes)."""
@@ -258,11 +260,6 @@ class ChunkStepper:
     @functools.cached_property
     def _rows(self) -> np.ndarray:
         return np.arange(self.num_envs)
-
-    @functools.cached_property
-    def _checkers(self) -> dict[int, _chunk_actions.ChunkChecker]:
-        """``send_chunk``'s checks, by the number of envs sent."""
-        return {}
 
     @functools.cached_property
     def _checker(self) -> _chunk_actions.ChunkChecker:

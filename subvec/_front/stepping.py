@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn
@@ -82,9 +82,12 @@ class _Flight(NamedTuple):
     kind: str
     envs: list[int]
     oldest: int
-    #: sub-steps each env runs (a chunk's K)
-    substeps: int = 1
     work: ChunkWork | None = None
+
+    @property
+    def substeps(self) -> int:
+        """Sub-steps each env runs: a chunk's K, else 1."""
+        return 1 if self.work is None else self.work.chunk
 
 
 @dataclass(frozen=True)
@@ -233,24 +236,22 @@ class AsyncEngine:
         would be for)."""
         kinds = [(flight.kind, flight.substeps) for flight in self._flight.values()]
         if self._chunks_sent:
-            kinds += [
-                ("chunk", action.chunk)
-                for queued in self._queued.values()
-                for action in queued.values()
-                if isinstance(action, ChunkWork)
-            ]
+            kinds += [("chunk", work.chunk) for work in self._queued_chunks()]
         return kinds or [("step", 1)]
+
+    def _queued_chunks(self) -> Iterator[ChunkWork]:
+        """The chunk of each env queued to run one."""
+        for queued in self._queued.values():
+            for action in queued.values():
+                if isinstance(action, ChunkWork):
+                    yield action
 
     def _chunk_in_flight(self) -> ChunkWork | None:
         """A chunk in flight or queued (they all share K and ``all_obs``), if any."""
         for flight in self._flight.values():
             if flight.work is not None:
                 return flight.work
-        for queued in self._queued.values():
-            for action in queued.values():
-                if isinstance(action, ChunkWork):
-                    return action
-        return None
+        return next(self._queued_chunks(), None)
 
     def _outstanding(self) -> bool:
         return bool(self._flight or any(self._queued.values()) or self._ready)
@@ -589,7 +590,7 @@ class AsyncEngine:
             actions: list[Any] | None = [queued.pop(e) for e in envs]
             if work is not None:
                 payloads[index] = work.payload(unit, envs)
-                self._flight[index] = _Flight("chunk", envs, oldest, work.chunk, work)
+                self._flight[index] = _Flight("chunk", envs, oldest, work)
                 continue
             assert actions is not None
             if all(a is _IN_BLOCK for a in actions):
