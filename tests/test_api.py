@@ -22,7 +22,8 @@ from tests.oracle import DEFAULT_MODE
 
 @pytest.mark.timeout(60)
 def test_call_get_set_attr_render_and_seeds() -> None:
-    fns = [lambda: ZooEnv(render_mode="rgb_array")] * 3
+    # No random ends: env 1 is unseeded, and under SAME_STEP an end at step 1 resets its t
+    fns = [lambda: ZooEnv(render_mode="rgb_array", terminate_prob=0.0)] * 3
     envs = SubprocVectorEnv(fns, num_workers=2)
     try:
         assert envs.render_mode == "rgb_array"
