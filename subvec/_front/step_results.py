@@ -8,7 +8,7 @@ flags of the exchange (their writer); it holds no reference to the front.
 
 The asynchronous engine's results are here too: each env's held result (:class:`EnvResult`,
 or :data:`STEP_IN_BLOCK` where it is all in the env's rows), and the batch ``recv`` returns
-of them (:func:`batch_of`, :func:`take_rows`).
+of them (:func:`batch_of`, :func:`take_rows`), which ``_front.held`` holds and hands out.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ The unit of scheduling is a unit (a worker and its envs): it has at most one com
 flight and steps the subset of its envs that have actions, then answers once. The unit of the
 API is an env: each env's result (observation, reward, flags, infos, or the exception its step
 raised) is copied out of the block as soon as its unit answers and held until a ``recv``
-returns it. Nothing ready is ever dropped, and ``recv`` hands out the held results of the
+returns it (``_front.held``). Nothing ready is ever dropped, and ``recv`` hands out the held results of the
 envs sent their work first, so no env starves. Per env, the trajectory is SyncVectorEnv's for the
 same seed and the same actions: the envs run the same code as in ``step()`` (``EnvSlab.step``),
 one env at a time in their unit, whatever the others do.
@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from copy import deepcopy
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn
 
@@ -31,35 +30,20 @@ from gymnasium import Space
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector.utils import batch_space
 
-from subvec._backend import Backend, Failure, Outcome, Unit
+from subvec._backend import Backend, Failure, Outcome
 from subvec._batch import BatchViews
-from subvec._commands import Command, Status, StepEnvsPayload, UnitReply
+from subvec._commands import Command, Status, StepEnvsPayload
 from subvec._compat import AutoresetMode
-from subvec._front.async_chunks import (
-    ChunkEnvResult,
-    ChunkWork,
-    chunk_batch,
-    chunk_results,
-    describe_shapes,
-    restarted_chunk,
-)
+from subvec._front.async_chunks import ChunkWork, describe_shapes, restarted_chunk
 from subvec._front.async_stats import AsyncRecorder
 from subvec._front.calls import checked_env_ids
 from subvec._front.chunk import ChunkStepper
-from subvec._front.merge import InfoMerger, make_merger
+from subvec._front.held import HeldResults, shape_of
 from subvec._front.observations import ObservationBatch
 from subvec._front.options import EnvResetOptions, ResetOptions
 from subvec._front.recovery import FailurePolicy
-from subvec._front.results import events_by_env, obs_by_env, reply_errors, with_final_event
-from subvec._front.step_results import (
-    RESET_IN_BLOCK,
-    STEP_IN_BLOCK,
-    EnvResult,
-    InBlock,
-    batch_of,
-    copy_row,
-    take_rows,
-)
+from subvec._front.results import events_by_env, obs_by_env
+from subvec._front.step_results import EnvResult
 from subvec._front.units import Units
 from subvec._seeding import SeedArg
 from subvec._spaces import per_env_actions, without_tensors
@@ -118,7 +102,8 @@ class AsyncEngine:
         batch: the batch arrays the units write (rewards, flags, observations, action rows).
         final_in_block: whether SAME_STEP final observations are in the block's rows.
         obs: the front's observation batch (each env's by-value observation kept there).
-        needs_reset: the front's per-env "ended, needs a reset" flags (updated here).
+        needs_reset: the front's per-env "ended, needs a reset" flags (written here for
+            the resets sent, and by the held results for the steps answered).
         reset_options: the envs' stored options and the reset forms' checks.
         policy: the failure policy (restarts are made through it).
         spaces: the single observation and action spaces.
@@ -161,28 +146,24 @@ class AsyncEngine:
         self._refuses_ended = refuses_ended
         self.info_format = info_format
         self.batch_size = batch_size
-        self._obs = obs
         self._needs_reset = needs_reset
-        self._rewards = batch.rewards
-        self._terminations = batch.terminations
-        self._truncations = batch.truncations
-        self._final_in_block = final_in_block
-        self._final_obs_rows = batch.final_obs_rows
         self._store_action_rows = batch.store_action_rows
         self._read_action = batch.read_action
-        slots = batch.obs_slots
-        self._obs_split = batch.obs_split
-        #: observations entirely in the block
-        self._obs_shared = batch.observations is not None and self._obs_split is None
-        # The front writes observation slot 0 (the block's own batch) while envs are in
-        # flight (``FrontHooks.enter``): the rows results are read from.
-        self._observations = slots.batches[0] if slots is not None else batch.observations
-        self._obs_fixed = slots.leaves[0] if slots is not None else batch.obs_leaves
+        #: the results held for ``recv`` (their one writer); ``recv`` serves them in the
+        #: order their envs were sent work
+        self._held = HeldResults(
+            batch=batch,
+            final_in_block=final_in_block,
+            obs=obs,
+            needs_reset=needs_reset,
+            space=self.single_observation_space,
+            autoreset_mode=autoreset_mode,
+            info_format=info_format,
+        )
+        self._ready = self._held.ready
         self._flight: dict[int, _Flight] = {}  # unit index -> its command in flight
         # unit index -> {env: its action, or the chunk (ChunkWork) it is to run}
         self._queued: dict[int, dict[int, Any]] = {}
-        # the held results; ``recv`` serves them in the order their envs were sent work
-        self._ready: dict[int, EnvResult | InBlock | ChunkEnvResult] = {}
         self._after_restart: dict[int, EnvResult] = {}  # idle envs whose unit was rebuilt
         self._last_ids: np.ndarray | None = None
         # Each env's place in the order envs were sent work (a send, a reset): held results
@@ -194,23 +175,14 @@ class AsyncEngine:
         #: whether ``send_chunk`` was ever called: until then every result is a step's, and
         #: a unit's queue holds one kind of work (no shapes to sort out)
         self._chunks_sent = False
-        self._mergers: dict[int, InfoMerger] = {}
         #: who waits on whom (``VectorFront.async_stats``)
         self.recorder = AsyncRecorder(self.num_envs)
 
     def drop_views(self) -> None:
         """Drop the references to the batch arrays (so that a shared block can unmap)."""
-        for name in (
-            "_rewards",
-            "_terminations",
-            "_truncations",
-            "_final_obs_rows",
-            "_store_action_rows",
-            "_read_action",
-            "_observations",
-            "_obs_fixed",
-        ):
-            self.__dict__.pop(name, None)
+        self.__dict__.pop("_store_action_rows", None)
+        self.__dict__.pop("_read_action", None)
+        self._held.drop_views()
 
     # --- introspection -----------------------------------------------------------------------
 
@@ -312,7 +284,7 @@ class AsyncEngine:
         for env, action in zip(ids.tolist(), per_env):
             rebuilt = self._after_restart.pop(env, None)
             if rebuilt is not None:  # its env was rebuilt while idle: report that instead
-                self._ready[env] = rebuilt
+                self._held.put(env, rebuilt)
                 continue
             self._queued.setdefault(self._units.index_of_env(env), {})[env] = action
         self._dispatch()
@@ -335,7 +307,7 @@ class AsyncEngine:
             rebuilt = self._after_restart.pop(env, None)
             if rebuilt is not None:  # its env was rebuilt while idle: report that instead
                 space = self.single_observation_space
-                self._ready[env] = restarted_chunk(work, env, rebuilt, space, lost=False)
+                self._held.put(env, restarted_chunk(work, env, rebuilt, space, lost=False))
                 continue
             self._queued.setdefault(self._units.index_of_env(env), {})[env] = work
         self._dispatch()
@@ -441,9 +413,9 @@ class AsyncEngine:
         chosen = order[:most]
         if chosen and self._chunks_sent:
             ready = self._ready
-            shape = _shape_of(ready[chosen[0]])
-            if any(_shape_of(ready[e]) != shape for e in chosen[1:]):
-                chosen = [e for e in order if _shape_of(ready[e]) == shape][:most]
+            shape = shape_of(ready[chosen[0]])
+            if any(shape_of(ready[e]) != shape for e in chosen[1:]):
+                chosen = [e for e in order if shape_of(ready[e]) == shape][:most]
         return chosen
 
     def _one_shape(self, ids: Sequence[int], method: str) -> None:
@@ -457,7 +429,7 @@ class AsyncEngine:
             return
         shapes: dict[Any, list[int]] = {}
         for env in ids:
-            shapes.setdefault(_shape_of(self._ready[env]), []).append(env)
+            shapes.setdefault(shape_of(self._ready[env]), []).append(env)
         if len(shapes) > 1:
             raise ValueError(
                 f"{method}: the results held are of different shapes ({describe_shapes(shapes)}); "
@@ -643,102 +615,13 @@ class AsyncEngine:
                 ]
         for index in outcomes:
             gone = flight.pop(index)
-            self._hold(self._units.unit(index), gone, outcomes[index])
+            self.recorder.ready(gone.envs)
+            self._held.hold(
+                self._units.unit(index), gone.envs, gone.kind == "reset", gone.work, outcomes[index]
+            )
         if failures:
             self._async_failures(failures, timeout)
         self._dispatch()
-
-    def _hold(self, unit: Unit, flight: _Flight, outcome: Outcome) -> None:
-        """Copy each env's result out of the batch arrays and hold it for ``recv``."""
-        kind, envs = flight.kind, flight.envs
-        self.recorder.ready(envs)
-        if flight.work is not None:
-            got = chunk_results(
-                unit, envs, flight.work, outcome, self.single_observation_space, self._last_obs
-            )
-            if self.autoreset_mode is AutoresetMode.DISABLED:
-                for env, result in got.items():
-                    if result.error is None:
-                        self._needs_reset[env] = result.ended
-            self._ready.update(got)
-            return
-        status, value = outcome
-        if status is Status.OK and self._obs_shared:  # the usual answer: all in the rows
-            self._hold_in_block(kind == "reset", envs)
-            return
-        if status is Status.ERROR:  # the whole command failed: every env of it reports it
-            for env in envs:
-                self._ready[env] = EnvResult(None, 0.0, False, False, error=value)
-            return
-        reply: UnitReply | None = value if status is Status.OK_PAYLOAD else None
-        events = events_by_env(unit.lo, reply)
-        errors = reply_errors(unit, reply)
-        by_value = obs_by_env(unit.lo, reply)
-        for env in envs:
-            error = errors.get(env)
-            if error is not None:
-                self._ready[env] = EnvResult(None, 0.0, False, False, error=error)
-                continue
-            self._ready[env] = self._result(env, kind == "reset", events.get(env, []), by_value)
-
-    def _hold_in_block(self, reset: bool, envs: list[int]) -> None:
-        ready = self._ready
-        if reset:
-            for env in envs:
-                ready[env] = RESET_IN_BLOCK
-            return
-        disabled = self.autoreset_mode is AutoresetMode.DISABLED
-        final_in_block = self._final_in_block
-        for env in envs:
-            if disabled or final_in_block:
-                ended = bool(self._terminations[env] or self._truncations[env])
-                if ended and final_in_block:  # its implicit final-obs event is built now
-                    ready[env] = self._result(env, False, [], {})
-                    continue
-                if disabled:
-                    self._needs_reset[env] = ended
-            ready[env] = STEP_IN_BLOCK
-
-    def _materialise(self, envs: Iterable[int]) -> None:
-        """Copy the held in-block results of ``envs`` out of the rows (before a restart
-        rewrites them)."""
-        ready = self._ready
-        for env in envs:
-            held = ready.get(env)
-            if isinstance(held, InBlock):
-                ready[env] = self._result(env, held.reset, [], {})
-
-    def _last_obs(self, env: int, by_value: dict[int, Any]) -> Any:
-        """Env ``env``'s observation, copied out of the batch arrays or (kept first) out of
-        the reply's by-value ones ``by_value`` (global env -> obs)."""
-        if self._obs_shared:
-            return copy_row(self._observations, env)
-        if env in by_value:
-            self._obs.keep(env, deepcopy(by_value[env]))
-        obs = self._obs.env_obs[env]
-        split = self._obs_split
-        if split is not None:  # obs: its other leaves; the fixed-size ones are in the rows
-            fixed = self._obs_fixed
-            assert fixed is not None
-            obs = split.build([leaf[env, ...].copy() for leaf in fixed], obs)
-        return obs
-
-    def _result(
-        self, env: int, reset: bool, events: list[dict[str, Any]], by_value: dict[int, Any]
-    ) -> EnvResult:
-        obs = self._last_obs(env, by_value)
-        if reset:
-            return EnvResult(obs, 0.0, False, False, events)
-        terminated = bool(self._terminations[env])
-        truncated = bool(self._truncations[env])
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._needs_reset[env] = terminated or truncated
-        if (terminated or truncated) and self._final_in_block:
-            rows = self._final_obs_rows
-            assert rows is not None
-            with_final_event(events, rows, env)
-        reward = float(self._rewards[env])
-        return EnvResult(obs, reward, terminated, truncated, events)
 
     def _async_failures(self, failures: list[Failure], timeout: float | None) -> None:
         """Dead (or, draining, hung) units: raise, or rebuild them and report their envs
@@ -750,7 +633,7 @@ class AsyncEngine:
             self._hooks.fail(failures, timeout)
         for failure in failures:
             index = failure.unit.index
-            self._materialise(range(failure.unit.lo, failure.unit.hi))
+            self._held.materialise(range(failure.unit.lo, failure.unit.hi))
             done = policy.restart(
                 self._units,
                 [failure],
@@ -774,71 +657,24 @@ class AsyncEngine:
             by_value = obs_by_env(unit.lo, reply)
             space = self.single_observation_space
             for env in range(unit.lo, unit.hi):
-                result = self._result(env, True, events.get(env, []), by_value)
+                result = self._held.result(env, True, events.get(env, []), by_value)
                 result.truncated, result.restarted = True, True
                 waiting = queued.get(env)
                 if gone is not None and gone.work is not None and env in flying:
-                    self._ready[env] = restarted_chunk(gone.work, env, result, space, lost=True)
+                    self._held.put(env, restarted_chunk(gone.work, env, result, space, lost=True))
                 elif isinstance(waiting, ChunkWork):
-                    self._ready[env] = restarted_chunk(waiting, env, result, space, lost=False)
+                    self._held.put(env, restarted_chunk(waiting, env, result, space, lost=False))
                 elif env in flying or env in queued:
-                    self._ready[env] = result
+                    self._held.put(env, result)
                 else:  # idle or held: reported when it is next sent an action
                     self._after_restart[env] = result
 
     def _take(self, ids: Sequence[int]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """Return the held results of ``ids`` as one batch (or raise the first's error)."""
-        ready = self._ready
-        for env in ids:
-            held = ready[env]
-            if not isinstance(held, InBlock) and held.error is not None:
-                del ready[env]
-                self._leave_if_done()
-                raise held.error
-        k = len(ids)
         env_ids = np.array(ids, dtype=np.int64)
-        merger = self._mergers.get(k)
-        if merger is None:
-            merger = self._mergers[k] = make_merger(self.info_format, k)
-        if k and type(ready[ids[0]]) is ChunkEnvResult:  # chunks of one shape (``_served``)
-            chunks = [ready.pop(env) for env in ids]
-            obs, rewards, terminations, truncations, infos = chunk_batch(
-                self.single_observation_space,
-                chunks,  # type: ignore[arg-type]
-                self.info_format,
-            )
-        elif k and all(isinstance(ready[env], InBlock) for env in ids):
-            # each handed out (popped), the rows of the resets among them
-            resets = [row for row, env in enumerate(ids) if ready.pop(env) is RESET_IN_BLOCK]
-            obs = take_rows(self._observations, env_ids)
-            rewards = self._rewards[env_ids]
-            terminations = self._terminations[env_ids]
-            truncations = self._truncations[env_ids]
-            if resets:
-                rewards[resets] = 0.0
-                terminations[resets] = truncations[resets] = False
-            infos = merger.merge([], [])
-        else:
-            results = []
-            for env in ids:
-                held = ready.pop(env)
-                if isinstance(held, InBlock):
-                    held = self._result(env, held.reset, [], {})
-                assert isinstance(held, EnvResult)
-                results.append(held)
-            obs, rewards, terminations, truncations, infos = batch_of(
-                self.single_observation_space, results, merger
-            )
-        self._leave_if_done()
-        if self.info_format == "list":
-            for row, info in enumerate(infos):
-                info["env_id"] = int(env_ids[row])
-        else:
-            infos["env_id"] = env_ids
+        try:
+            batch = self._held.take(ids, env_ids)
+        finally:
+            self._leave_if_done()
         self._last_ids = env_ids
-        return obs, rewards, terminations, truncations, infos
-
-
-def _shape_of(held: EnvResult | InBlock | ChunkEnvResult) -> tuple[int, bool] | None:
-    """A held result's shape: None for a step's or a reset's, ``(K, all_obs)`` for a chunk's."""
-    return held.shape if type(held) is ChunkEnvResult else None
+        return batch
