@@ -341,10 +341,10 @@ def test_every_way_of_waiting_says_none_for_plain_answers(
         envs.reset(seed=0)
         pool = envs._pool  # type: ignore[attr-defined]
         assert pool.exchange(Command.STEP, 10.0, "stepping") is None
-        bound = pool._round
+        bound = pool._round_trip()
         assert type(bound).__name__ == kind
         assert pool.exchange(Command.STEP, 10.0, "stepping") is None
-        assert pool._round is bound
+        assert pool._round_trip() is bound
         pool.send(Command.STATS)
         collected = pool.collect(10.0, "reporting stats")
         assert collected is not None

@@ -9,16 +9,16 @@ timeout or an interrupt) and is dropped, never taken for the answer to a later c
 
 The worker records, their cleanup (:func:`release`, which holds no reference to the vector env,
 so it can serve as that env's ``weakref.finalize`` callback) and the reading of one worker's
-replies live in ``_process.pool_workers``; the futex protocol's side of the waits (pools whose
-workers attached with it) in ``_process.pool_bell``. This module starts the workers, sends their
-commands and waits for their replies on the pipes.
+replies live in ``_process.pool_workers``; the waits on the pipes, the turns of a
+``max_active`` pool and the per-step round trips in ``_process.pool_pipes``; the futex
+protocol's side of the waits (pools whose workers attached with it) in ``_process.pool_bell``.
+This module starts the workers, sends their commands and hands each wait to the side that
+serves it.
 """
 
 from __future__ import annotations
 
-import select
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from multiprocessing.context import BaseContext
@@ -38,21 +38,16 @@ from subvec._process import wire as proto
 from subvec._process.bootstrap import lifeline_for, start
 from subvec._process.environ import WorkerEnvSpec, worker_environment
 from subvec._process.pool_bell import BellExchange
-from subvec._process.pool_quick import Round, build_round
+from subvec._process.pool_pipes import PipeWaits, Round
 from subvec._process.pool_workers import (
-    DEAD,
     PLAIN_OK,
-    STALE,
     TERMINATE_GRACE,
     Gathered,
     PoolResources,
     Reply,
     Worker,
-    death,
     decode,
     discard,
-    drain,
-    read_reply,
     release,
     terminate,
     to_bell,
@@ -143,26 +138,15 @@ class WorkerPool:
         self.resources = PoolResources()
         if max_concurrent_starts is not None:
             self.resources.gate = StartGate(max_concurrent_starts)
-        self.spin_s = spin_s
-        self._poller: tuple[select.poll, dict[int, tuple[Worker, bool]]] | None = None
-        #: a moving average of how long a whole-pool gather has been waiting
-        self._wait_estimate = 0.0
-        self.wait_first = partner
-        self.late_spin_s = late_spin_s
-        self._first_poller: tuple[Worker, select.poll] | None = None
-        #: the per-step round trip over every worker (``_process.pool_quick``), kept until
-        #: the workers or the kept poll objects change
-        self._round: Round | None = None
+        #: the waits on the pipes (all of them until the workers attach with the futex
+        #: protocol, if they do)
+        self._pipes = PipeWaits(self.resources, spin_s, partner, late_spin_s, max_active)
         #: the pickled ATTACH command, kept to attach a replacement worker
         self._attach_payload = b""
-        self.max_active = max_active
-        #: with ``max_active``: the workers still waiting for their turn at the command being
-        #: gathered, with its frame (sent by ``gather`` as earlier workers answer)
-        self._queued: deque[tuple[Worker, Command, bytes]] = deque()
 
     def _forget_workers(self) -> None:
         """Drop what is kept per set of workers (after a start or a replacement)."""
-        self._poller = self._first_poller = self._round = None
+        self._pipes.forget_workers()
         if self._bell is not None:
             self._bell.forget_workers()
 
@@ -267,7 +251,7 @@ class WorkerPool:
         self._answers(self.workers, timeout, "attaching")
         if spec.wake:
             bell = self.resources.bell = Bell(block.views)
-            self._bell = BellExchange(bell, self.resources, self.spin_s)
+            self._bell = BellExchange(bell, self.resources, self._pipes.spin_s)
             for worker in self.workers:
                 to_bell(bell, worker)
 
@@ -305,12 +289,13 @@ class WorkerPool:
         elif command is Command.STEP_ENVS:
             dump = proto.encode_step_envs
         data = payload if encoded else b"" if payload is None else dump(payload)
-        self._queued.clear()  # a command gathered no further (interrupted) has no more turns
+        pipes = self._pipes
+        pipes.drop_turns()  # a command gathered no further (interrupted) has no more turns
         first = len(targets)
-        if self.max_active is not None and (
+        if pipes.max_active is not None and (
             command in _IN_TURNS or _is_lockstep(command, payload, per_unit, targets)
         ):
-            first = self.max_active
+            first = pipes.max_active
         exchange = self._bell
         if exchange is not None and first == len(targets):
             exchange.announce(targets, command, data, per_unit, dump)
@@ -320,10 +305,7 @@ class WorkerPool:
             if i < first:
                 self.send_to(worker, command, frame)
             else:
-                # Its turn comes when an earlier worker answers. Until then no reply is
-                # awaited from it: a late frame of an abandoned command is stale.
-                worker.expected = None
-                self._queued.append((worker, command, frame))
+                pipes.wait_turn(worker, command, frame)
 
     def send_to(self, worker: Worker, command: Command, payload: bytes = b"") -> None:
         """Send one frame to ``worker``; its reply is the one awaited from now on (announced
@@ -332,20 +314,7 @@ class WorkerPool:
         if exchange is not None and worker.on_bell:
             exchange.announce([worker], command, payload, None, proto.dumps, framed=True)
             return
-        worker.seq += 1
-        worker.expected = worker.seq
-        try:
-            proto.write_frame(worker.cmd_fd, command, worker.seq, payload)
-        except OSError:
-            pass  # EPIPE: the worker is gone; gather() learns how from its sentinel
-
-    def _next_turn(self, pending: dict[int, Worker]) -> None:
-        """A worker answered (or died): command the next one waiting for its turn."""
-        while self._queued:
-            worker, command, frame = self._queued.popleft()
-            if worker.index in pending:  # not dead meanwhile
-                self.send_to(worker, command, frame)
-                return
+        self._pipes.write(worker, command, payload)
 
     def collect(
         self,
@@ -367,63 +336,14 @@ class WorkerPool:
         """Wait until at least ``enough`` of ``units`` have answered or died (or ``timeout``
         passes), then take every other answer already there, without waiting. A unit still
         silent is left in flight (its reply stays awaited): nothing is reported hung."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         exchange = self._bell
         if exchange is not None:
+            deadline = None if timeout is None else time.monotonic() + timeout
             got = exchange.wait(units, timeout, what, False, deadline, enough)
             collected = self._decoded(got if got is not None else ({}, []))
             assert collected is not None
             return collected
-        pending = {w.index: w for w in units}
-        # The kept poll object over every worker: building one per wait would cost more than
-        # the rest of the wait. The idle workers' fds are silent but for a stale reply (read
-        # and dropped) or a death (dropped from the kept object until it is rebuilt: that
-        # worker's death is reported when it is next given a command).
-        poller, by_fd = self._full_poller()
-        answered: set[int] = set()
-        replies: dict[int, Reply] = {}
-        failures: list[Failure] = []
-        waiting = True
-        while pending:
-            if waiting and len(replies) + len(failures) >= enough:
-                waiting = False  # enough: one more look for whatever else is in
-            if not waiting:
-                ms = 0
-            elif deadline is None:
-                ms = -1
-            else:
-                ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
-            events = poller.poll(ms)
-            if not events and (not waiting or ms == 0):
-                break
-            for fd, _ in events:
-                worker, is_reply = by_fd[fd]
-                if worker.index in answered:
-                    continue  # its other fd in the same poll, after its answer
-                if worker.index not in pending:  # idle
-                    if is_reply and read_reply(worker) is STALE:
-                        continue
-                    poller.unregister(fd)  # dead: it would fire on every poll
-                    self._poller = self._round = None
-                    continue
-                reply = read_reply(worker) if is_reply else drain(worker)
-                if reply is STALE:
-                    continue
-                del pending[worker.index]
-                answered.add(worker.index)
-                if reply is DEAD:
-                    # Its sentinel stays readable: out of the kept object, rebuilt next time.
-                    for done in (worker.reply_fd, worker.process.sentinel):
-                        poller.unregister(done)
-                    self._poller = self._round = None
-                    failures.append(death(worker, what))
-                else:
-                    assert isinstance(reply, tuple)
-                    replies[worker.index] = reply
-                    worker.expected = None
-            if not waiting:
-                break
-        collected = self._decoded((replies, failures))
+        collected = self._decoded(self._pipes.collect_ready(units, enough, timeout, what))
         assert collected is not None
         return collected
 
@@ -437,7 +357,7 @@ class WorkerPool:
 
     def _send_order(self) -> list[Worker]:
         workers = self.resources.workers
-        first = self.wait_first
+        first = self._pipes.partner
         if first is None:
             return workers
         # The partner last: waking it on our CPU may hand it the CPU at once (wake-up
@@ -447,33 +367,10 @@ class WorkerPool:
     def _partner_last(self, units: Sequence[Worker]) -> Sequence[Worker]:
         """``units`` in their order, the partner moved last (as ``_send_order``): a command
         to some workers must not wake the partner on our CPU before the others have theirs."""
-        first = self.wait_first
+        first = self._pipes.partner
         if first is None or len(units) < 2 or units[-1].index == first:
             return units
         return [w for w in units if w.index != first] + [w for w in units if w.index == first]
-
-    def _full_poller(self) -> tuple[select.poll, dict[int, tuple[Worker, bool]]]:
-        """A poll object over every worker's reply fd and sentinel, kept between waits (built
-        anew after a worker is replaced or an fd was dropped from it)."""
-        if self._poller is None:
-            poller = select.poll()
-            by_fd: dict[int, tuple[Worker, bool]] = {}
-            for w in self.resources.workers:
-                for fd, is_reply in ((w.reply_fd, True), (w.process.sentinel, False)):
-                    by_fd[fd] = (w, is_reply)
-                    poller.register(fd, select.POLLIN)
-            self._poller = (poller, by_fd)
-        return self._poller
-
-    def _partner_poller(self, worker: Worker) -> select.poll:
-        """A poll object over ``worker``'s reply fd and every sentinel, kept between waits."""
-        if self._first_poller is None or self._first_poller[0] is not worker:
-            poller = select.poll()
-            poller.register(worker.reply_fd, select.POLLIN)
-            for w in self.resources.workers:
-                poller.register(w.process.sentinel, select.POLLIN)
-            self._first_poller = (worker, poller)
-        return self._first_poller[1]
 
     def exchange(
         self, command: Command, timeout: float | None, what: str, stop_at_death: bool = False
@@ -492,9 +389,7 @@ class WorkerPool:
         """:meth:`exchange` with the same ``payload`` for every worker (an action chunk's
         command, its actions in the chunk block): framed in send order, the partner last,
         then the replies read (quickly where it applies)."""
-        gathered = (self._round or self._bind_round()).exchange(
-            command, payload, timeout, what, stop_at_death
-        )
+        gathered = self._round_trip().exchange(command, payload, timeout, what, stop_at_death)
         return None if gathered is None else self._decoded(gathered)
 
     def gather_all(
@@ -502,14 +397,13 @@ class WorkerPool:
     ) -> Gathered | None:
         """``gather`` over the whole pool. Returns None when every worker answered with a
         plain OK (nothing to decode: the usual cheap step)."""
-        return (self._round or self._bind_round()).gather_all(timeout, what, stop_at_death)
+        return self._round_trip().gather_all(timeout, what, stop_at_death)
 
-    def _bind_round(self) -> Round:
-        """The per-step round trip for the workers as they are: the futex protocol's once
-        they attached with it, else the pipes' (``_process.pool_quick.build_round``)."""
-        bound: Round = self._bell or build_round(self)
-        self._round = bound
-        return bound
+    def _round_trip(self) -> Round:
+        """The per-step round trip over every worker: the futex protocol's once they
+        attached with it, else the pipes' (bound once for the workers as they are:
+        :meth:`PipeWaits.round`)."""
+        return self._bell or self._pipes.bound or self._pipes.round(self.send, self._send_order())
 
     def gather(
         self,
@@ -535,112 +429,7 @@ class WorkerPool:
             if got is None:
                 return {w.index: PLAIN_OK for w in workers}, []
             return got
-        replies: dict[int, Reply] = {}
-        failures: list[Failure] = []
-        pending = {w.index: w for w in workers}
-        if len(pending) == len(self.resources.workers):
-            # Every worker: the common case (each step), served by the kept poll object. A
-            # worker that has answered has nothing left to read; its fds stay registered.
-            poller, by_fd = self._full_poller()
-            kept = True
-        else:
-            poller, by_fd, kept = select.poll(), {}, False
-            for w in workers:
-                for fd, is_reply in ((w.reply_fd, True), (w.process.sentinel, False)):
-                    by_fd[fd] = (w, is_reply)
-                    poller.register(fd, select.POLLIN)
-        #: the fds still registered with a poll object of this wait's own (not the kept one)
-        by_fd_live = set() if kept else set(by_fd)
-        # Busy-poll first (bounded) when the pool was told cores are free for it: blocking
-        # costs a sleep and a wake-up, which on a VM can exceed a cheap env's whole step.
-        # Only while replies have been coming within the window (see the worker's serve loop):
-        # for slow envs the spin would only burn the window and slow a sibling vCPU down.
-        started = time.perf_counter()
-        spinning = self.spin_s and self._wait_estimate < self.spin_s
-        spin_until = started + self.spin_s if spinning else 0.0
-        first = self.wait_first
-        if (
-            first is not None
-            and kept
-            and not spin_until
-            and len(pending) > 1
-            and first in pending
-            and not self._queued
-        ):
-            # The partner (the worker that shares our CPU) starts last and so ends last: sleep
-            # until it answers (or anyone dies) instead of waking once per worker. The others'
-            # replies wait in their pipes and are read by the loop below without a wake-up.
-            self._partner_poller(pending[first]).poll(
-                -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000) + 1)
-            )
-            if self.late_spin_s:
-                # The partner has answered (or a worker died): our CPU has nothing else to
-                # run until we command it again, while a sleep here would be ended from a
-                # late worker's CPU, a cross-CPU wake-up (42-44 us each way on a 2-vCPU VM,
-                # 2 us on one CPU: decision 0040). Look for the others' replies busy, a while.
-                spin_until = time.perf_counter() + self.late_spin_s
-        while pending:
-            if spin_until:
-                events = poller.poll(0)
-                if not events:
-                    if time.perf_counter() >= spin_until:
-                        spin_until = 0.0
-                    continue
-            elif deadline is None:
-                events = poller.poll()
-            else:
-                remaining = deadline - time.monotonic()
-                # Past the deadline, still take what is already there: only the silent hung.
-                events = poller.poll(int(remaining * 1000) + 1 if remaining > 0 else 0)
-                if not events:
-                    waiting = {q.index for q, _, _ in self._queued}
-                    self._queued.clear()
-                    for w in sorted(pending.values(), key=lambda w: w.index):
-                        message = f"no reply from {w.describe()} after {timeout:g} s {what}"
-                        if w.index in waiting:
-                            message += (
-                                " (never commanded: the workers before it in turn took the "
-                                f"whole time; at most {self.max_active} work at once)"
-                            )
-                        failures.append(Failure(w, "hung", message))
-                    break
-            for fd, _ in events:
-                worker, is_reply = by_fd[fd]
-                if worker.index not in pending:
-                    # Only a dead worker's sentinel (or EOF) keeps firing once it has answered:
-                    # drop it from the wait so the loop does not spin on it. The same poll may
-                    # list both of a worker's fds after its reply already unregistered them.
-                    if kept or fd in by_fd_live:
-                        poller.unregister(fd)
-                        by_fd_live.discard(fd)
-                    if kept:
-                        self._poller = self._round = None
-                    continue
-                reply = read_reply(worker) if is_reply else drain(worker)
-                if reply is STALE:
-                    continue
-                del pending[worker.index]
-                if not kept:
-                    for fd_done in (worker.reply_fd, worker.process.sentinel):
-                        poller.unregister(fd_done)
-                        by_fd_live.discard(fd_done)
-                if reply is DEAD:
-                    failures.append(death(worker, what))
-                    if kept:
-                        # its sentinel stays readable from now on
-                        self._poller = self._round = None
-                    if stop_at_death:
-                        self._queued.clear()
-                        return replies, failures
-                else:
-                    assert isinstance(reply, tuple)
-                    replies[worker.index] = reply
-                    worker.expected = None
-                if self._queued:
-                    self._next_turn(pending)
-        if kept and not failures:
-            self._wait_estimate = 0.5 * (self._wait_estimate + time.perf_counter() - started)
-        return replies, failures
+        return self._pipes.gather(workers, timeout, what, stop_at_death, deadline=deadline)
 
     # --- restart / stop -------------------------------------------------------------------
 
@@ -683,7 +472,7 @@ class WorkerPool:
         :meth:`resume`. An env's close error is dropped: its process is gone either way."""
         workers = self.workers
         live = [w for w in workers if w.process.is_alive()]
-        self._queued.clear()
+        self._pipes.drop_turns()
         if live:
             self.send(Command.CLOSE, units=live)
             self.gather(live, timeout, "suspending")
@@ -757,7 +546,7 @@ class WorkerPool:
         everything, whatever happened while asking. Returns the first error an env's close()
         raised, if any."""
         error: BaseException | None = None
-        self._queued.clear()  # an interrupted command's remaining turns never come
+        self._pipes.drop_turns()  # an interrupted command's remaining turns never come
         try:
             live = [w for w in self.workers if w.process.is_alive()]
             if live and not terminate_now:

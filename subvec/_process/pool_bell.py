@@ -101,14 +101,14 @@ class BellExchange:
     def exchange(
         self, command: Command, payload: bytes, timeout: float | None, what: str, stop: bool
     ) -> Gathered | None:
-        """The per-step round trip over every worker (``_process.pool_quick.Round``):
+        """The per-step round trip over every worker (``_process.pool_pipes.Round``):
         ``command`` with ``payload`` (the same for all) announced, then the answers."""
         workers = self.resources.workers
         self.announce(workers, command, payload, None, proto.dumps, framed=True)
         return self.gather(workers, timeout, what, stop)
 
     def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
-        """Every worker's answer (``_process.pool_quick.Round``); None when all were plain."""
+        """Every worker's answer (``_process.pool_pipes.Round``); None when all were plain."""
         return self.gather(self.resources.workers, timeout, what, stop)
 
     def gather(
