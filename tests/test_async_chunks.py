@@ -115,6 +115,7 @@ def test_an_env_error_in_a_chunk_surfaces_from_its_recv_and_the_others_are_kept(
         with pytest.raises(EnvError) as info:
             envs.recv(env_ids=[0, 1, 2])
         assert isinstance(info.value, KeyError) and info.value.env_index == 1
+        assert info.value.command == "send_chunk" and "during send_chunk" in str(info.value)
         notes = "".join(getattr(info.value, "__notes__", ()))
         assert "raised at sub-step 1 of an action chunk of 4" in notes
         infos = envs.recv(env_ids=[0, 2])[4]

@@ -12,9 +12,9 @@ flight and steps the subset of its envs that have actions, then answers once. Th
 API is an env: each env's result (observation, reward, flags, infos, or the exception its step
 raised) is copied out of the block as soon as its unit answers and held until a ``recv``
 returns it (``_front.held``). Nothing ready is ever dropped, and ``recv`` hands out the held
-results of the envs sent their work first, so no env starves. Per env, the trajectory is SyncVectorEnv's for the
-same seed and the same actions: the envs run the same code as in ``step()`` (``EnvSlab.step``),
-one env at a time in their unit, whatever the others do.
+results of the envs sent their work first, so no env starves. Per env, the trajectory is
+SyncVectorEnv's for the same seed and the same actions: the envs run the same code as in
+``step()`` (``EnvSlab.step``), one env at a time in their unit, whatever the others do.
 """
 
 from __future__ import annotations
