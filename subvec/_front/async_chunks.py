@@ -143,10 +143,10 @@ def chunk_results(
         return {env: _failed(work, value) for env in envs}
     reply: UnitReply | None = value if status is Status.OK_PAYLOAD else None
     errors = reply_errors(unit, reply)
-    for error in errors.values():
-        if isinstance(error, EnvError):
+    for raised in errors.values():
+        if isinstance(raised, EnvError):
             # A unit runs both kinds of chunk as one command; the caller's was this one.
-            error.command = "send_chunk"
+            raised.command = "send_chunk"
     events: dict[int, list[tuple[int, dict[str, Any]]]] = {}
     sub_obs: dict[int, list[Any]] = {}
     by_value = obs_by_env(unit.lo, reply)
