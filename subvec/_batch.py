@@ -41,11 +41,12 @@ class ObsSlots:
     """Which of several observation batches the next command writes.
 
     ``step`` hands the caller a view of slot 1..S instead of a copy of the batch (a Pong batch
-    of 8 envs: ~20 us of copying, on the CPU the partner steps on). Every view of a slot, and
-    whatever keeps one alive (a torch tensor from ``from_numpy``, a slice), holds a reference
-    to the slot's root array, so the root's refcount says whether the caller still holds
-    anything of it. Only a slot back at its free count is written again. If the caller holds
-    them all, the units write slot 0 and the batch is copied out, as without slots.
+    of 8 envs: ~20 us of copying, on the CPU the partner steps on; decision 0012). Every view
+    of a slot, and whatever keeps one alive (a torch tensor from ``from_numpy``, a slice),
+    holds a reference to the slot's root array, so the root's refcount says whether the
+    caller still holds anything of it. Only a slot back at its free count is written again.
+    If the caller holds them all, the units write slot 0 and the batch is copied out, as
+    without slots.
 
     A Dict/Tuple batch has a root per leaf, and a slot is free only when every leaf's is: a
     caller keeping one camera of a batch keeps the whole slot.

@@ -144,8 +144,8 @@ class StepResults:
 
     def any_ended(self) -> bool:
         """Whether any env terminated or truncated in the last step. ``count_nonzero`` is a
-        plain C call; ``ndarray.any()`` goes through the ufunc machinery (~0.25 against
-        ~1.4 us for 16 envs, twice a SAME_STEP step, on the partner's CPU)."""
+        plain C call; ``ndarray.any()`` goes through the ufunc machinery (several times
+        slower, twice a SAME_STEP step, on the partner's CPU)."""
         return bool(np.count_nonzero(self.terminations) or np.count_nonzero(self.truncations))
 
     def merge_infos(self, parts: Sequence[Part]) -> Any:

@@ -31,7 +31,7 @@ is then a few bytes, the same for every unit of a size; a batch in other dtypes 
 the command instead (the unit's rows, one array per leaf, kept in the caller's dtype, as
 ``step()`` hands them over). Measured on CartPole x 4 (2
 workers): ~11 us of pickling per worker per chunk with the arrays in the command, ~2.5 us
-without.
+without (decision 0026).
 """
 
 from __future__ import annotations

@@ -167,11 +167,11 @@ class AttachSpec:
 
 #: STEP_ENVS payloads on the wire: the usual one (actions in the block) is its envs' local
 #: indices as u16s after a 0 byte, a few bytes built without pickle (pickling the record
-#: costs ~5 us, a visible share of an async env-step); one with actions by value is a 1 byte
+#: is a visible share of an async env-step); one with actions by value is a 1 byte
 #: and the pickled record. An action chunk with its actions in the chunk block, addressing
 #: envs ``0..count-1`` (every env of the unit), is a 2 byte, then ``_CHUNK_HEAD`` (count,
-#: sub-steps, flags, the block's envs and capacity) and the block's name: ~1 us each way
-#: instead of ~3 us to pickle and ~3 us to unpickle, once per worker per chunk.
+#: sub-steps, flags, the block's envs and capacity) and the block's name: a fraction of
+#: pickling and unpickling the record, once per worker per chunk.
 _ROWS, _BY_VALUE, _CHUNK = b"\x00", b"\x01", b"\x02"
 _U16 = struct.Struct("<H")
 _CHUNK_HEAD = struct.Struct("<IIBII")
