@@ -18,6 +18,11 @@ passed to the env. An agent that comes back is active again. The env as a whole 
 terminated (or truncated, if any agent leaving on that step was) when no agent is left,
 which is when the core's autoreset resets it.
 
+With ``black_death`` (SuperSuit's ``black_death_v3``, as its users rely on it) no row ends
+before its env: an agent's own termination or truncation is not reported, and on the step the
+env's last agent leaves every row of it carries the env's flags (terminated, or truncated if
+any agent leaving on that step was), padded rows included.
+
 PettingZoo is duck-typed here (``possible_agents``, ``observation_space(agent)``,
 ``action_space(agent)``, ``reset``, ``step``, ``agents``): nothing imports it.
 """
@@ -126,10 +131,12 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
     Args:
         par_env: the ParallelEnv, built in the worker.
         pad_value: what a padded row's observation holds (every leaf).
+        black_death: rows end with their env only (module doc).
     """
 
-    def __init__(self, par_env: Any, pad_value: float = 0.0) -> None:
+    def __init__(self, par_env: Any, pad_value: float = 0.0, black_death: bool = False) -> None:
         self.par_env = par_env
+        self.black_death = black_death
         self.possible_agents, self.agent_observation_space, self.agent_action_space = agent_spaces(
             par_env
         )
@@ -231,6 +238,9 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
             truncated[j] = truncs.get(agent, False)
         done = not self.par_env.agents
         cut = done and bool(truncated.any())
+        if self.black_death:  # every row ends with the env, none before
+            terminated[:] = done and not cut
+            truncated[:] = cut
         return rows, float(reward.sum()), done and not cut, cut, self._infos(infos)
 
     def render(self) -> Any:
@@ -258,11 +268,15 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
 
 
 class AgentRowsFactory:
-    """A picklable factory: ``AgentRows(make_par_env(), pad_value)`` (built in the worker)."""
+    """A picklable factory: ``AgentRows(make_par_env(), pad_value, black_death)`` (built in
+    the worker)."""
 
-    def __init__(self, make_par_env: Callable[[], Any], pad_value: float = 0.0) -> None:
+    def __init__(
+        self, make_par_env: Callable[[], Any], pad_value: float = 0.0, black_death: bool = False
+    ) -> None:
         self.make_par_env = make_par_env
         self.pad_value = pad_value
+        self.black_death = black_death
 
     def __call__(self) -> AgentRows:
-        return AgentRows(self.make_par_env(), self.pad_value)
+        return AgentRows(self.make_par_env(), self.pad_value, self.black_death)

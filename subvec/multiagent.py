@@ -23,7 +23,9 @@ padding (observation ``pad_value``, reward 0, flags False, ``infos["active"]`` F
 action is not passed to the env. An env resets when all of its agents have left, under the
 autoreset mode (NEXT_STEP: the step after; SAME_STEP: in that step, each row that ended with
 ``final_obs``/``final_info``; DISABLED: when ``reset(options={"reset_mask": rows})`` selects
-a row of it).
+a row of it). With ``black_death=True`` (SuperSuit's ``black_death_v3``) no row ends before
+its env: an agent's own end is not reported, and every row of an env carries the env's flags
+on the step its last agent leaves.
 
 SuperSuit's ``concat_vec_envs_v1`` signature over it is :func:`subvec.concat.concat_vec_envs`.
 This module imports neither PettingZoo nor SuperSuit; ``import subvec`` does not import it.
@@ -107,6 +109,13 @@ class MultiAgentVectorEnv(VectorEnv):
         par_env_fns: callables that each build one PettingZoo ``ParallelEnv`` (in a worker).
         pad_value: what a padded row's observation holds (every leaf; zeros by default, which
             may lie outside the space).
+        black_death: SuperSuit's ``black_death_v3`` for scripts that rely on it: no row ends
+            before its env. A row whose agent leaves is padding from the next step on, as by
+            default, but its agent's own termination or truncation is not reported; on the
+            step the env's last agent leaves, every row of the env is terminated (truncated if
+            any agent leaving on that step was). SuperSuit's wrapper tests ``(terms &
+            truncs).all()``, so a time-limited env runs a step too long there; this tests
+            whether any agent is left.
         info_format: the rows' infos: ``"gymnasium"`` (1.x ``_key`` masks over the rows, as
             the vector wrappers read them), ``"legacy"`` (gymnasium 0.29's
             ``final_observation``/``final_info`` object arrays; implies SAME_STEP), or
@@ -130,6 +139,7 @@ class MultiAgentVectorEnv(VectorEnv):
         par_env_fns: Iterable[Callable[[], Any]],
         *,
         pad_value: float = 0.0,
+        black_death: bool = False,
         info_format: str = "gymnasium",
         autoreset_mode: str | AutoresetMode | None = None,
         copy: bool = True,
@@ -147,7 +157,9 @@ class MultiAgentVectorEnv(VectorEnv):
         )
         check_kwargs(subvec_kwargs, allowed, "MultiAgentVectorEnv()", hints=_FIXED)
         mode = check_info_format(info_format, autoreset_mode)
-        factories = [AgentRowsFactory(fn, float(pad_value)) for fn in par_env_fns]
+        if not isinstance(black_death, bool):
+            raise TypeError(f"black_death must be a bool, got {black_death!r}")
+        factories = [AgentRowsFactory(fn, float(pad_value), black_death) for fn in par_env_fns]
         if not factories:
             raise ValueError("par_env_fns is empty: pass at least one ParallelEnv factory")
         self.info_format = info_format

@@ -107,14 +107,19 @@ class Comings(ParallelEnv):  # type: ignore[misc]
 class SerialRows:
     """The oracle: ParallelEnvs stepped one after the other, their dicts laid out as rows by
     hand (row ``i * A + j``), padding ``pad`` for absent agents, one env reset when its agents
-    are all gone, in ``mode``.
+    are all gone, in ``mode``. With ``black_death`` (SuperSuit's) no row ends before its env:
+    on the step its last agent leaves, every row of it has the env's flags (truncated if any
+    agent leaving then was), and no other step flags a row.
 
     ``step`` returns ``(obs, rewards, terms, truncs, active, finals)``, ``finals`` being
     ``{row: final observation}`` (SAME_STEP only).
     """
 
-    def __init__(self, par_envs: list[Any], mode: AutoresetMode, pad: float = 0.0) -> None:
+    def __init__(
+        self, par_envs: list[Any], mode: AutoresetMode, pad: float = 0.0, black_death: bool = False
+    ) -> None:
         self.envs = par_envs
+        self.black_death = black_death
         self.mode = mode
         self.pad = pad
         self.agents = list(par_envs[0].possible_agents)
@@ -166,6 +171,11 @@ class SerialRows:
                 if a in obs:
                     k = i * self.A + j
                     rew[k], term[k], trunc[k] = r.get(a, 0.0), te.get(a, False), tr.get(a, False)
+            if self.black_death:
+                mine = slice(i * self.A, (i + 1) * self.A)
+                cut = not env.agents and bool(trunc[mine].any())
+                term[mine] = not env.agents and not cut
+                trunc[mine] = cut
             if self.mode is AutoresetMode.SAME_STEP:
                 for k in np.flatnonzero(
                     term[i * self.A : (i + 1) * self.A] | trunc[i * self.A : (i + 1) * self.A]

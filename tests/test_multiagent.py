@@ -63,7 +63,8 @@ def run_against_oracle(
     """Step the vector env and the oracle side by side with the same actions; every row's
     arrays must be equal. Returns counts of what happened (to check the run saw it)."""
     envs = MultiAgentVectorEnv([make] * n, autoreset_mode=mode, **kwargs)
-    ref = SerialRows([make() for _ in range(n)], mode)
+    black_death = kwargs.get("black_death", False)
+    ref = SerialRows([make() for _ in range(n)], mode, black_death=black_death)
     seen = {"departed": 0, "padded": 0, "truncated": 0, "finals": 0, "env_resets": 0}
     try:
         obs, infos = envs.reset(seed=3)
@@ -93,6 +94,9 @@ def run_against_oracle(
             else:
                 assert "final_obs" not in infos
             ended = term | trunc
+            if black_death:  # rows end a whole env at a time
+                per_env = ended.reshape(n, envs.agents_per_env)
+                assert (per_env.all(axis=1) | ~per_env.any(axis=1)).all(), f"step {t}"
             if mode is DISABLED:
                 done_envs = [i for i, e in enumerate(ref.envs) if not e.agents]
                 if done_envs:
@@ -506,3 +510,16 @@ def test_nested_spaces_as_rows() -> None:
             envs.step(kind)
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [NEXT, SAME, DISABLED], ids=lambda m: m.value)
+def test_black_death_rows_end_with_their_env_only(mode: AutoresetMode) -> None:
+    seen = run_against_oracle(Comings, 4, mode, 50, black_death=True, num_workers=2)
+    # agents left mid-episode (padding) without ending their rows; whole envs ended, some
+    # on truncation, every row of them (8 agents each)
+    assert seen["padded"] > 20 and seen["truncated"] > 0
+    assert seen["departed"] > 0 and seen["departed"] % 8 == 0
+    assert mode is not SAME or seen["finals"] == seen["departed"]
+    with pytest.raises(TypeError, match="black_death must be a bool"):
+        MultiAgentVectorEnv([Comings], black_death="yes")  # type: ignore[arg-type]

@@ -34,9 +34,11 @@ def spread() -> Any:
 class SerialAgentsVecEnv(VecEnv):  # type: ignore[misc]
     """What a DummyVecEnv over agents as rows does, written as a plain loop over the
     ParallelEnvs: rows env-major, padding (zeros) for absent agents, an env reset in the step
-    its last agent leaves, each ended row with its terminal observation."""
+    its last agent leaves, each ended row with its terminal observation. With ``black_death``
+    no row ends before its env; then every row of it does."""
 
-    def __init__(self, par_env_fns: Sequence[Callable[[], Any]]) -> None:
+    def __init__(self, par_env_fns: Sequence[Callable[[], Any]], black_death: bool = False) -> None:
+        self.black_death = black_death
         self.envs = [fn() for fn in par_env_fns]
         self.agents = list(self.envs[0].possible_agents)
         self.A = len(self.agents)
@@ -78,16 +80,22 @@ class SerialAgentsVecEnv(VecEnv):  # type: ignore[misc]
             acts = {a: self.actions[i * self.A + self.agents.index(a)] for a in live}
             obs, r, te, tr, inf = env.step(acts)
             self._put(i, obs)
+            cut = not env.agents and any(tr[a] for a in obs)
             for j, a in enumerate(self.agents):
                 k = i * self.A + j
-                if a not in obs:
+                if a in obs:
+                    rew[k] = r[a]
+                    infos[k] = dict(inf.get(a, {}))
+                if self.black_death:
+                    ended, truncated = not env.agents, cut
+                elif a in obs:
+                    ended, truncated = te[a] or tr[a], bool(tr[a] and not te[a])
+                else:
                     continue
-                rew[k] = r[a]
-                infos[k] = dict(inf.get(a, {}))
-                if te[a] or tr[a]:
+                if ended:
                     dones[k] = True
                     infos[k]["terminal_observation"] = self.obs[k].copy()
-                    infos[k]["TimeLimit.truncated"] = bool(tr[a] and not te[a])
+                    infos[k]["TimeLimit.truncated"] = truncated
             if not env.agents:
                 obs, _ = env.reset()
                 self._put(i, obs)
@@ -122,11 +130,12 @@ def _same_infos(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("black_death", [False, True], ids=["pad", "black_death"])
 @pytest.mark.parametrize("make", [Comings, spread], ids=["comings", "simple_spread"])
-def test_steps_like_the_serial_reference(make: Callable[[], Any]) -> None:
+def test_steps_like_the_serial_reference(make: Callable[[], Any], black_death: bool) -> None:
     n = 3
-    venv = MultiAgentVecEnv([make] * n, num_workers=2)
-    ref = SerialAgentsVecEnv([make] * n)
+    venv = MultiAgentVecEnv([make] * n, num_workers=2, black_death=black_death)
+    ref = SerialAgentsVecEnv([make] * n, black_death=black_death)
     try:
         assert venv.num_envs == ref.num_envs
         assert venv.seed(7)[: ref.A + 1] == [7] * ref.A + [8]
