@@ -45,7 +45,7 @@ from gymnasium.vector.utils import batch_space
 from subvec._agents import AgentRowsFactory
 from subvec._compat import AutoresetMode
 from subvec._front.front import VectorFront
-from subvec._front.merge import _add_info_legacy, _legacy_events, _Rows
+from subvec._front.merge import _add_info_legacy, _legacy_events, _Rows, merge_chunk_infos
 from subvec._front.setup import check_info_format
 from subvec._infos import merge_scalar_events
 from subvec._seeding import SeedArg
@@ -254,6 +254,30 @@ class MultiAgentVectorEnv(VectorEnv):
             out[where] = leaf.reshape(n, a, *shape[1:])
         return _rebuild(self.single_action_space, out)
 
+    def _env_chunks(self, actions: Any) -> tuple[Any, int]:
+        """Row chunks ``(n * A, K, ...)`` as the envs' ``(n, K, A, ...)`` (copies), checked;
+        and K."""
+        n, a = self.num_parallel_envs, self.agents_per_env
+        rows = n * a
+        out: dict[str, Any] = {}
+        chunk: int | None = None
+        for where, leaf in _leaf_pairs(self.single_action_space, actions):
+            leaf = np.asarray(leaf)
+            if leaf.ndim < 2 or leaf.shape[0] != rows:
+                raise ValueError(
+                    f"actions{where}: expected one chunk per agent, ({rows}, K, ...) "
+                    f"({n} envs x {a} agents, K actions each), got shape {leaf.shape}"
+                )
+            if chunk is not None and leaf.shape[1] != chunk:
+                raise ValueError(
+                    f"actions{where}: chunks of {leaf.shape[1]} actions, another leaf has {chunk}"
+                )
+            chunk = int(leaf.shape[1])
+            per_env = leaf.reshape(n, a, chunk, *leaf.shape[2:])
+            out[where] = np.ascontiguousarray(per_env.swapaxes(1, 2))
+        assert chunk is not None
+        return _rebuild(self.single_action_space, out), chunk
+
     def _env_mask(self, mask: Any) -> np.ndarray:
         """A rows' reset mask as the envs': an env resets when one of its rows is selected;
         a selected row's agent must have left (DISABLED mode resets only ended envs)."""
@@ -336,6 +360,23 @@ class MultiAgentVectorEnv(VectorEnv):
         self, obs: dict[str, Any], env_infos: list[dict[str, Any]], env_ids: Any = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """A step's rows out of the adapters' batch (every env, or those of ``env_ids``)."""
+        row_obs, rewards, terms, truncs, active, events = self._row_step(obs, env_infos)
+        infos = self._merge(events, active, len(active))
+        if env_ids is not None:
+            ids = np.repeat(np.asarray(env_ids, dtype=np.int64), self.agents_per_env)
+            if self.info_format == "list":
+                for info, i in zip(infos, ids.tolist()):
+                    info["env_id"] = i
+            else:
+                infos["env_id"] = ids
+        return row_obs, rewards, terms, truncs, infos
+
+    def _row_step(
+        self, obs: dict[str, Any], env_infos: Sequence[dict[str, Any]]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[tuple[int, Any]]]:
+        """One step's rows out of the adapters' batch ``obs`` and the envs' infos:
+        ``(obs, rewards, terminations, truncations, active, events)``, ``events`` the rows'
+        infos as ``(row, info)`` in row order."""
         rows = len(env_infos) * self.agents_per_env
         # with copy=False these leaves are the block's: rewards and flags are handed out fresh
         # all the same (as every subvec vector env does), only the observations are views
@@ -361,14 +402,70 @@ class MultiAgentVectorEnv(VectorEnv):
                 truncs[i * a : (i + 1) * a] = True
                 events += [(i * a + j, {"worker_restarted": True}) for j in range(a)]
             events.sort(key=lambda e: e[0])
-        infos = self._merge(events, active, rows)
-        if env_ids is not None:
-            ids = np.repeat(np.asarray(env_ids, dtype=np.int64), a)
-            if self.info_format == "list":
-                for info, i in zip(infos, ids.tolist()):
-                    info["env_id"] = i
-            else:
-                infos["env_id"] = ids
+        return row_obs, rewards, terms, truncs, active, events
+
+    def step_chunk(
+        self, actions: Any, stop_on_done: bool = False, all_obs: bool = False
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """K actions of every agent in one command per worker: sub-step k of each row is
+        exactly the k-th :meth:`step` it would have had (``SubprocVectorEnv.step_chunk``,
+        per ParallelEnv).
+
+        Args:
+            actions: one chunk per row, ``(num_envs, K, *single_action_space.shape)`` (every
+                leaf of a nested space with the same leading ``(num_envs, K)``).
+            stop_on_done: a ParallelEnv whose agents have all left at sub-step j runs none
+                of its later actions (its rows' rewards 0, flags False there).
+            all_obs: every sub-step's observations, ``(num_envs, K, ...)``; else each row's
+                after its env's last executed sub-step.
+
+        Returns:
+            ``(obs, rewards, terminations, truncations, infos)``: rewards and flags
+            ``(num_envs, K)``; infos with the chunk axis as ``step_chunk``'s, each row's
+            ``"active"`` per sub-step, and ``"chunk_steps"`` per row.
+
+        Raises:
+            ValueError: not one chunk per agent (nothing is sent); as
+                ``SubprocVectorEnv.step_chunk`` otherwise.
+        """
+        env_actions, chunk = self._env_chunks(actions)
+        # every sub-step's adapter observation: the rows' rewards and flags are in it
+        obs, _, env_terms, env_truncs, listed = self.env_vector.step_chunk(
+            env_actions, stop_on_done=stop_on_done, all_obs=True
+        )
+        steps = np.array([int(info["chunk_steps"]) for info in listed], dtype=np.int64)
+        a = self.agents_per_env
+        rows = self.num_envs
+        rewards = np.zeros((rows, chunk), dtype=np.float64)
+        terms = np.zeros((rows, chunk), dtype=np.bool_)
+        truncs = np.zeros((rows, chunk), dtype=np.bool_)
+        events: list[tuple[int, int, dict[str, Any]]] = []
+        row_steps = np.repeat(steps, a)
+        for k in range(chunk):
+            ran = row_steps > k
+            sub_infos = [info["infos"][k] if steps[i] > k else {} for i, info in enumerate(listed)]
+            sub_obs = _leaf_map(lambda leaf: leaf[:, k], obs)  # noqa: B023 (used at once)
+            _, r, te, tr, active, sub_events = self._row_step(sub_obs, sub_infos)
+            rewards[:, k] = np.where(ran, r, 0.0)
+            terms[:, k] = te & ran
+            truncs[:, k] = tr & ran
+            said = dict(sub_events)
+            events += [
+                (row, k, {"active": bool(active[row]), **said.get(row, {})})
+                for row in np.flatnonzero(ran).tolist()
+            ]
+        events.sort(key=lambda e: e[0])  # env-major, sub-steps in order
+        infos = merge_chunk_infos(self.info_format, events, rows, chunk, row_steps)
+        ran_any = steps > 0
+        last = np.maximum(steps - 1, 0)
+        ended = (env_terms | env_truncs)[np.arange(len(steps)), last]
+        self.ended_envs = np.where(ran_any, ended, self.ended_envs)
+        # the agents' observations, (n, K, A, ...) per leaf, as rows (n * A, K, ...)
+        row_obs = _leaf_map(
+            lambda leaf: leaf.swapaxes(1, 2).reshape(rows, chunk, *leaf.shape[3:]), obs["obs"]
+        )
+        if not all_obs:  # a stopped env's rows repeat its last executed sub-step's
+            row_obs = _leaf_map(lambda leaf: leaf[:, -1].copy(), row_obs)
         return row_obs, rewards, terms, truncs, infos
 
     # ---- asynchronous stepping, by ParallelEnv ------------------------------------------

@@ -523,3 +523,106 @@ def test_black_death_rows_end_with_their_env_only(mode: AutoresetMode) -> None:
     assert mode is not SAME or seen["finals"] == seen["departed"]
     with pytest.raises(TypeError, match="black_death must be a bool"):
         MultiAgentVectorEnv([Comings], black_death="yes")  # type: ignore[arg-type]
+
+
+def _sub_step_infos(infos: dict[str, Any], k: int) -> dict[str, Any]:
+    """Sub-step ``k`` of a chunk's gymnasium infos, as that ``step()``'s infos: the arrays'
+    chunk axis taken, keys and masks kept only where some row reported them."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_") or key in ("chunk_steps",):
+            continue
+        mask = infos["_" + key][:, k]
+        if mask.any():
+            out[key] = _sub_step_infos(value, k) if isinstance(value, dict) else value[:, k]
+            out["_" + key] = mask
+    return out
+
+
+def _same_infos(got: dict[str, Any], want: dict[str, Any], where: str) -> None:
+    assert sorted(got) == sorted(want), where
+    for key, value in want.items():
+        if isinstance(value, dict):
+            _same_infos(got[key], value, f"{where}[{key}]")
+        elif value.dtype == object:  # final_obs, final_info: one object per row
+            assert len(got[key]) == len(value), where
+            for r, (g, w) in enumerate(zip(got[key], value)):
+                if isinstance(w, dict):
+                    _same_infos(g, w, f"{where}[{key}][{r}]")
+                else:
+                    np.testing.assert_array_equal(g, w, err_msg=f"{where}[{key}][{r}]")
+        else:
+            np.testing.assert_array_equal(got[key], value, err_msg=f"{where}[{key}]")
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("all_obs", [False, True], ids=["last-obs", "all-obs"])
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_step_chunk_by_rows_is_k_steps(mode: AutoresetMode, all_obs: bool) -> None:
+    """Sub-step k of every row is exactly its k-th step(): rewards, flags, observations and
+    infos (active, the agents' own, SAME_STEP's final_obs) against a twin stepped K times."""
+    kwargs = {"autoreset_mode": mode, "num_workers": 2}
+    chunked = MultiAgentVectorEnv([Comings] * 4, **kwargs)
+    stepped = MultiAgentVectorEnv([Comings] * 4, **kwargs)
+    rng = np.random.default_rng(0)
+    seen = {"ended": 0, "padded": 0, "finals": 0}
+    try:
+        chunked.reset(seed=5)
+        stepped.reset(seed=5)
+        for chunk in (3, 5, 1, 4, 6, 4):
+            actions = rng.integers(0, 3, (chunked.num_envs, chunk))
+            obs, rew, term, trunc, infos = chunked.step_chunk(actions, all_obs=all_obs)
+            assert rew.shape == term.shape == trunc.shape == (chunked.num_envs, chunk)
+            assert infos["chunk_steps"].tolist() == [chunk] * chunked.num_envs
+            for k in range(chunk):
+                s_obs, s_rew, s_term, s_trunc, s_infos = stepped.step(actions[:, k])
+                where = f"K={chunk} sub-step {k}"
+                if all_obs:
+                    np.testing.assert_array_equal(obs[:, k], s_obs, err_msg=where)
+                np.testing.assert_array_equal(rew[:, k], s_rew, err_msg=where)
+                np.testing.assert_array_equal(term[:, k], s_term, err_msg=where)
+                np.testing.assert_array_equal(trunc[:, k], s_trunc, err_msg=where)
+                _same_infos(_sub_step_infos(infos, k), s_infos, where)
+                seen["ended"] += int((s_term | s_trunc).sum())
+                seen["padded"] += int((~s_infos["active"]).sum())
+                seen["finals"] += int(s_infos.get("_final_obs", np.zeros(1, bool)).sum())
+            if not all_obs:
+                np.testing.assert_array_equal(obs, s_obs)
+            np.testing.assert_array_equal(chunked.ended_envs, stepped.ended_envs)
+    finally:
+        chunked.close()
+        stepped.close()
+    assert seen["ended"] > 10 and seen["padded"] > 10
+    assert mode is not SAME or seen["finals"] == seen["ended"]
+
+
+@pytest.mark.timeout(90)
+def test_step_chunk_by_rows_stops_an_ended_env_and_refuses_bad_chunks() -> None:
+    envs = MultiAgentVectorEnv([Comings] * 3, num_workers=1, info_format="list")
+    try:
+        envs.reset(seed=1)
+        rng = np.random.default_rng(2)
+        stopped = 0
+        for _ in range(6):
+            actions = rng.integers(0, 3, (envs.num_envs, 6))
+            obs, rew, term, trunc, infos = envs.step_chunk(actions, stop_on_done=True)
+            a = envs.agents_per_env
+            for i in range(3):
+                steps = infos[i * a]["chunk_steps"]
+                assert all(infos[i * a + j]["chunk_steps"] == steps for j in range(a))
+                assert len(infos[i * a]["infos"]) == steps
+                assert all("active" in sub for sub in infos[i * a]["infos"])
+                rows = slice(i * a, (i + 1) * a)
+                # nothing after the sub-step its env ended
+                assert not rew[rows, steps:].any() and not term[rows, steps:].any()
+                if steps < 6:
+                    stopped += 1
+                    assert (term[rows, steps - 1] | trunc[rows, steps - 1]).any()
+        assert stopped > 0
+        with pytest.raises(ValueError, match=r"one chunk per agent, \(24, K, \.\.\.\)"):
+            envs.step_chunk(np.zeros(envs.num_envs, dtype=np.int64))
+        with pytest.raises(ValueError, match="one chunk per agent"):
+            envs.step_chunk(np.zeros((envs.num_envs - 1, 2), dtype=np.int64))
+        envs.step_chunk(np.zeros((envs.num_envs, 2), dtype=np.int64))  # still usable
+    finally:
+        envs.close()
