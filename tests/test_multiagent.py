@@ -605,7 +605,7 @@ def test_step_chunk_by_rows_stops_an_ended_env_and_refuses_bad_chunks() -> None:
         stopped = 0
         for _ in range(6):
             actions = rng.integers(0, 3, (envs.num_envs, 6))
-            obs, rew, term, trunc, infos = envs.step_chunk(actions, stop_on_done=True)
+            _, rew, term, trunc, infos = envs.step_chunk(actions, stop_on_done=True)
             a = envs.agents_per_env
             for i in range(3):
                 steps = infos[i * a]["chunk_steps"]
