@@ -161,8 +161,9 @@ def _run_stages(cfg: dict[str, Any]) -> dict[str, float]:
     import subvec
 
     latency, chunk = cfg["latency_ms"] / 1e3, cfg["chunk"]
-    # 4 workers' chunks of K sub-steps on 2 CPUs take as long as a forward pass of every row
-    fn = functools.partial(_busy_env, latency / (2 * chunk))
+    # 4 workers' chunks of K sub-steps on 2 CPUs take ``sim_ratio`` times a forward pass of
+    # every row (1: as long)
+    fn = functools.partial(_busy_env, cfg.get("sim_ratio", 1.0) * latency / (2 * chunk))
     num_envs = 4
     impl, seconds = cfg["impl"], cfg["seconds"]
 
@@ -188,7 +189,17 @@ def _run_stages(cfg: dict[str, Any]) -> dict[str, float]:
                     envs.send_chunk(policy(obs_g), group)
                     steps += len(group) * chunk
             envs.drain()
-        return {"transitions_per_s": steps / (time.perf_counter() - start)}
+        rate = steps / (time.perf_counter() - start)
+        if impl == "lockstep":
+            return {"transitions_per_s": rate}
+        window = envs.async_stats()  # what a user's loop of these stages would read
+        return {
+            "transitions_per_s": rate,
+            "consumer_waiting": window.consumer_waiting,
+            "envs_waiting": window.envs_waiting,
+            "overlap_bound": window.overlap_bound,
+            "suggests_stages": float(window.advice.startswith("the envs and the policy")),
+        }
 
 
 def _run_subvec(cfg: dict[str, Any], w: dict[str, Any]) -> dict[str, float]:
@@ -346,6 +357,11 @@ def main() -> int:
         "--latencies", default="2,5,10", help="the stages' policy latencies, ms (empty: none)"
     )
     parser.add_argument("--chunk", type=int, default=4, help="the stages' action chunk, K")
+    parser.add_argument(
+        "--sim-ratios",
+        default="1",
+        help="the stages' chunk time over the policy's latency (comma-separated)",
+    )
     parser.add_argument("--quick", action="store_true", help="one repeat of one round")
     parser.add_argument("--out", default=str(RESULTS / "overlap.jsonl"))
     args = parser.parse_args()
@@ -359,6 +375,8 @@ def main() -> int:
         impls = [i for i in impls if not i.startswith("torchrl")]
     workloads = [w for w in args.workloads.split(",") if w]
     latencies = [float(v) for v in args.latencies.split(",") if v]
+    ratios = [float(v) for v in args.sim_ratios.split(",") if v]
+    stage_points = [(latency, ratio) for latency in latencies for ratio in ratios]
     stage_seconds = 0.5 if args.quick else 2.0
     facts = {
         "machine": platform.processor() or platform.machine(),
@@ -372,7 +390,8 @@ def main() -> int:
     errors: dict[tuple[str, str], str] = {}
     for rep in range(args.repeats):
         for workload in workloads:
-            order = impls[rep % len(impls) :] + impls[: rep % len(impls)]
+            turn = rep % len(impls) if impls else 0
+            order = impls[turn:] + impls[:turn]
             for impl in order:
                 if impl == "torchrl_queue" and workload == "fast_step_slow_reset":
                     continue  # torchrl's own series leaves it out: it hangs at 32 workers
@@ -385,16 +404,17 @@ def main() -> int:
                 else:
                     runs.setdefault((workload, impl), []).append(result)
                     print(f"{label}: {result['transitions_per_s']:,.0f}/s", file=sys.stderr)
-        for latency in latencies:
+        for latency, ratio in stage_points:
             for impl in STAGE_IMPLS[rep % 3 :] + STAGE_IMPLS[: rep % 3]:
                 cfg = {
                     "impl": impl,
                     "latency_ms": latency,
+                    "sim_ratio": ratio,
                     "chunk": args.chunk,
                     "seconds": stage_seconds,
                 }
                 result = _run(cfg)
-                key = (f"stages_{latency:g}ms", impl)
+                key = (_stage_name(latency, ratio), impl)
                 if isinstance(result, str):
                     errors[key] = result
                 else:
@@ -402,8 +422,8 @@ def main() -> int:
                 print(f"{key[0]} {impl} r{rep}: {result}", file=sys.stderr)
     facts["load_avg_after"] = os.getloadavg()
     stage_rows = []
-    for latency in latencies:
-        name = f"stages_{latency:g}ms"
+    for latency, ratio in stage_points:
+        name = _stage_name(latency, ratio)
         base = runs.get((name, "lockstep"), [])
         for impl in STAGE_IMPLS:
             results = runs.get((name, impl), [])
@@ -425,6 +445,11 @@ def main() -> int:
                     )
                     if base
                     else None,
+                    **{
+                        key: statistics.median(r[key] for r in results)
+                        for key in ("overlap_bound", "suggests_stages")
+                        if key in results[0]
+                    },
                 }
             )
     rows = []
@@ -456,13 +481,23 @@ def main() -> int:
             f.write(json.dumps(row) + "\n")
     print(_table(rows, facts))
     if stage_rows:
-        print("\n| policy latency | loop | transitions/s | x lock-step |\n|---|---|---:|---:|")
+        print(
+            "\n| policy latency | loop | transitions/s | x lock-step | async_stats: stages "
+            "suggested, at most |\n|---|---|---:|---:|---|"
+        )
         for row in stage_rows:
             if "error" in row:
-                print(f"| {row['workload']} | {row['impl']} | failed: {row['error']} | |")
+                print(f"| {row['workload']} | {row['impl']} | failed: {row['error']} | | |")
                 continue
             x = "-" if row["x_lockstep"] is None else f"{row['x_lockstep']:.2f}x"
-            print(f"| {row['workload']} | {row['impl']} | {row['transitions_per_s']:,.0f} | {x} |")
+            advice = ""
+            if row["impl"] == "stages1" and "overlap_bound" in row:
+                said = "yes" if row["suggests_stages"] >= 0.5 else "no"
+                advice = f"{said}, {row['overlap_bound']:.2f}x"
+            print(
+                f"| {row['workload']} | {row['impl']} | {row['transitions_per_s']:,.0f} | {x} "
+                f"| {advice} |"
+            )
     return 1 if errors else 0
 
 
@@ -519,6 +554,11 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def _stage_name(latency: float, ratio: float) -> str:
+    """A stage configuration's name: the policy latency, and the chunk time if not as long."""
+    return f"stages_{latency:g}ms" + ("" if ratio == 1 else f"_sim{ratio:g}x")
 
 
 if __name__ == "__main__":

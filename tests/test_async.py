@@ -5,6 +5,7 @@ against SyncVectorEnv by the conformance suite)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -16,6 +17,7 @@ from gymnasium.vector import SyncVectorEnv
 
 from subvec import EnvError, RecvTimeoutError, SubprocVectorEnv, WorkerDiedError
 from subvec._compat import AutoresetMode
+from subvec._front.async_stats import AsyncStats
 from subvec._inproc import InProcessVectorEnv
 from tests.envs import CrashEnv, ZooEnv, make_zoo
 from tests.helpers import assert_same
@@ -644,10 +646,60 @@ def test_async_stats_say_which_side_the_loop_waits_on(
                 time.sleep(policy_s)  # the policy's forward pass, releasing the CPU
         stats = envs.async_stats()
         assert stats.verdict == verdict, str(stats)
+        # full batches: nothing to suggest but the side that bounds the loop
+        assert stats.advice.startswith(verdict), stats.advice
         if verdict == "policy-bound":
             assert stats.policy_p50_s >= policy_s
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_async_stats_suggest_stages_when_envs_and_policy_take_turns() -> None:
+    # 40 ms steps and a 40 ms policy, one after the other: each side waits about half the
+    # time, 40 ms a recv, whatever the machine's load
+    envs = SubprocVectorEnv([_slow(0.04)] * 2, envs_per_worker=1, batch_size=2)
+    try:
+        assert envs.async_stats().advice == ""
+        envs.async_reset(seed=0)
+        envs.recv(min_envs=2)
+        envs.async_stats(reset=True)
+        for _ in range(6):
+            envs.send(np.zeros(2, dtype=np.int64), [0, 1])
+            envs.recv(min_envs=2)
+            time.sleep(0.04)
+        stats = envs.async_stats()
+        assert stats.advice.startswith("the envs and the policy take turns"), str(stats)
+        assert "env_groups(2)" in stats.advice
+        assert 1.5 <= stats.overlap_bound <= 2.0
+    finally:
+        envs.close()
+
+
+def test_async_stats_advice_for_small_batches_of_a_policy_bound_loop() -> None:
+    window = AsyncStats(
+        wall_s=1.0,
+        recv_calls=100,
+        batches=100,
+        envs_returned=200,
+        mean_batch=2.0,
+        fill_ratio=0.25,
+        partial_share=1.0,
+        queue_p50_s=None,
+        queue_p95_s=None,
+        policy_p50_s=None,
+        policy_p95_s=None,
+        consumer_waiting=0.05,
+        envs_waiting=0.9,
+    )
+    assert window.verdict == "policy-bound"
+    assert window.advice.startswith("policy-bound with batches 25% full: a larger min_envs")
+    # both wait a fifth of the time, but 2 ms a recv of which 0.4 ms waiting: no stages
+    quick = dataclasses.replace(window, recv_calls=500, consumer_waiting=0.2, envs_waiting=0.7)
+    assert not quick.advice.startswith("the envs and the policy")
+    slow = dataclasses.replace(quick, recv_calls=50)  # 20 ms a recv, 4 ms of it waiting
+    assert slow.advice.startswith("the envs and the policy take turns")
+    assert slow.overlap_bound == pytest.approx(1 / 0.7)
 
 
 @pytest.mark.timeout(60)

@@ -146,6 +146,8 @@ def test_the_batch_forming_benchmark_quick_mode_writes_every_row(tmp_path: Path)
         impls,
         "--latencies",
         "2",
+        "--sim-ratios",
+        "1,4",
         "--out",
         str(out),
     ]
@@ -160,7 +162,10 @@ def test_the_batch_forming_benchmark_quick_mode_writes_every_row(tmp_path: Path)
         for impl in impls.split(","):
             assert (workload, impl) in got
     for impl in ("lockstep", "stages1", "stages2"):
-        assert ("stages_2ms", impl) in got
+        assert ("stages_2ms", impl) in got and ("stages_2ms_sim4x", impl) in got
+    advised = [r for r in rows if r["impl"] == "stages1"]
+    assert len(advised) == 2
+    assert all(1.0 <= r["overlap_bound"] <= 2.0 and r["suggests_stages"] in (0, 1) for r in advised)
     for row in rows:
         assert "error" not in row, row
         assert row["transitions_per_s"] > 0

@@ -24,6 +24,14 @@ __all__ = ["AsyncRecorder", "AsyncStats"]
 
 #: how many of the latest samples the percentiles are taken over
 SAMPLES = 4096
+#: what ``advice`` asks of both the consumer's and the envs' waits before it suggests stages:
+#: this share of the time (the shares of a loop that takes turns add up to about 1, so below
+#: it overlapping them gains at most about 1 / 0.85 = 1.18x), and this long per ``recv``
+#: (shorter waits are mostly the hand-off itself, which stages add to: on a 2-vCPU VM, two
+#: stages lost to lock-step with 0.6 ms waits and gained 1.17-1.35x with 1.7 ms and more;
+#: docs/async.md)
+OVERLAP_SHARE = 0.15
+OVERLAP_WAIT_S = 1e-3
 
 
 def _percentile(samples: deque[float], q: float) -> float | None:
@@ -60,6 +68,42 @@ class AsyncStats:
     #: the share of env time the envs spent waiting on the consumer: from their result
     #: arriving to their next ``send``
     envs_waiting: float
+
+    @property
+    def overlap_bound(self) -> float:
+        """The most two stages could gain over this loop, if it takes turns (the envs step,
+        then the policy runs): its round is the envs' time plus the policy's, and overlapped
+        the longer of the two, ``1 / max(consumer_waiting, envs_waiting)``, at most 2."""
+        return min(2.0, 1.0 / max(self.consumer_waiting, self.envs_waiting, 0.5))
+
+    @property
+    def advice(self) -> str:
+        """What this window suggests trying ("" before any ``recv``): two stages when the
+        consumer and the envs each wait :data:`OVERLAP_SHARE` of the time or more and
+        :data:`OVERLAP_WAIT_S` per ``recv`` (they take turns), else what bounds the loop and
+        the knob that moves it."""
+        if not self.recv_calls:
+            return ""
+        cw, ew = self.consumer_waiting, self.envs_waiting
+        per_recv = self.wall_s / self.recv_calls
+        if min(cw, ew) >= OVERLAP_SHARE and min(cw, ew) * per_recv >= OVERLAP_WAIT_S:
+            return (
+                f"the envs and the policy take turns (consumer waiting {cw:.0%}, envs "
+                f"{ew:.0%}): two stages overlap them (groups = env_groups(2); for each group, "
+                f"recv(env_ids=group), then send or send_chunk to it), at most "
+                f"{self.overlap_bound:.1f}x"
+            )
+        if cw >= ew:
+            return (
+                "env-bound: the envs are the limit (more CPUs or workers for them); a "
+                "smaller min_envs lets the policy start on what is ready"
+            )
+        if self.fill_ratio < 0.5:
+            return (
+                f"policy-bound with batches {self.fill_ratio:.0%} full: a larger min_envs "
+                "(or a deadline) gives each forward pass more envs"
+            )
+        return "policy-bound: the envs wait on the policy; only a faster policy helps"
 
     @property
     def verdict(self) -> str:
