@@ -37,6 +37,7 @@ from subvec._batch import ChunkBlock, ChunkRooms
 from subvec._commands import StepEnvsPayload, UnitReply
 from subvec._compat import AutoresetMode
 from subvec._front.async_chunks import ChunkWork
+from subvec._front.ended import EndedEnvs
 from subvec._front.merge import Part, merge_chunk_infos, with_chunk_axis
 from subvec._infos import as_events
 
@@ -281,7 +282,7 @@ class ChunkStepper:
         observations: Any,
         observations_out: Callable[[Sequence[Part]], Any],
         restarted: np.ndarray | None,
-        needs_reset: np.ndarray,
+        ended: EndedEnvs,
     ) -> ChunkResults:
         """The chunk's results out of its arrays and the units' parts.
 
@@ -294,15 +295,15 @@ class ChunkStepper:
                 with arrays has its rows copied in).
             observations_out: the front's observation batch out of parts, as a step's.
             restarted: the envs a restart cut short in this chunk (None: none).
-            needs_reset: the front's flags of ended envs (DISABLED), written here.
+            ended: the envs that ended and wait for a reset (DISABLED), told here.
         """
         n = self.num_envs
         rewards, terms, truncs, obs_rows = views.batch(chunk)
         steps = views.steps
         if not parts and restarted is None and not all_obs:
             # The usual chunk: every result in the blocks, nothing else said.
-            if self.autoreset_mode is AutoresetMode.DISABLED:
-                self._ended(terms, truncs, steps, needs_reset)
+            if ended.tracked:
+                self._ended(terms, truncs, steps, ended)
             infos = merge_chunk_infos(self.info_format, (), n, chunk, steps)
             obs = observations_out(parts)
             return obs, rewards.copy(), terms.copy(), truncs.copy(), infos
@@ -346,19 +347,19 @@ class ChunkStepper:
             obs = self._all_obs_out(
                 chunk, obs_rows, sub_obs, arrays_obs, obs_parts, lost_at, observations_out
             )
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._ended(terms, truncs, steps, needs_reset)
+        if ended.tracked:
+            self._ended(terms, truncs, steps, ended)
         infos = merge_chunk_infos(self.info_format, events, n, chunk, steps)
         return obs, rewards.copy(), terms.copy(), truncs.copy(), infos
 
     def _ended(
-        self, terms: np.ndarray, truncs: np.ndarray, steps: np.ndarray, needs_reset: np.ndarray
+        self, terms: np.ndarray, truncs: np.ndarray, steps: np.ndarray, ended: EndedEnvs
     ) -> None:
         """DISABLED: the envs whose last executed sub-step ended their episode wait for a
         reset (every env executes at least one sub-step)."""
         last = steps - 1
         every = self._rows
-        np.logical_or(terms[every, last], truncs[every, last], out=needs_reset)
+        ended.stepped(terms[every, last], truncs[every, last])
 
     def _all_obs_out(
         self,

@@ -405,7 +405,7 @@ class VectorFront(FrontStart, AsyncCalls, EnvCalls, EnvReconfigure, Suspension, 
         request = self._reset_request
         assert request is not None
         parts = self._collect(_State.WAITING_RESET, timeout, request=request)
-        request.done(self._needs_reset)
+        request.done(self._ended)
         self._reset_request = None
         return self._obs.out(parts), self._results.merge_infos(parts)
 
@@ -463,8 +463,8 @@ class VectorFront(FrontStart, AsyncCalls, EnvCalls, EnvReconfigure, Suspension, 
 
     def _begin_step(self, state: _State = _State.WAITING_STEP) -> None:
         self._begin(state)
-        if self._refuses_ended and self._needs_reset.any():
-            ended = np.flatnonzero(self._needs_reset).tolist()
+        if self._refuses_ended and self._ended.flags.any():
+            ended = self._ended.ids()
             raise ValueError(
                 f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: reset them "
                 "with reset(options={'reset_mask': mask}) before stepping again"
@@ -561,7 +561,7 @@ class VectorFront(FrontStart, AsyncCalls, EnvCalls, EnvReconfigure, Suspension, 
                 observations=self._obs.observations,
                 observations_out=self._obs.out,
                 restarted=self._exchange.restarted if self._exchange.any_restarted else None,
-                needs_reset=self._needs_reset,
+                ended=self._ended,
             )
         except BaseException:
             # Not kept in this frame: a traceback the caller keeps (an env's error) would hold

@@ -25,6 +25,7 @@ from subvec._batch import BatchViews
 from subvec._commands import Status, UnitReply
 from subvec._compat import AutoresetMode
 from subvec._front.async_chunks import ChunkEnvResult, ChunkWork, chunk_batch, chunk_results
+from subvec._front.ended import EndedEnvs
 from subvec._front.merge import InfoMerger, make_merger
 from subvec._front.observations import ObservationBatch
 from subvec._front.results import events_by_env, obs_by_env, reply_errors, with_final_event
@@ -52,14 +53,14 @@ def shape_of(held: Held) -> tuple[int, bool] | None:
 class HeldResults:
     """The held results; see the module docstring.
 
-    The one writer of :attr:`ready` (the engine reads it) and, under DISABLED, of the ended
-    flags (``needs_reset``) of the envs whose steps it holds.
+    The one writer of :attr:`ready` (the engine reads it); it tells ``ended`` which envs'
+    steps ended.
 
     Args:
         batch: the batch arrays the units write.
         final_in_block: whether SAME_STEP final observations are in the block's rows.
         obs: the front's observation batch (each env's by-value observation kept there).
-        needs_reset: the front's per-env "ended, needs a reset" flags.
+        ended: the envs that ended and wait for a reset (DISABLED).
         space: the single observation space.
         autoreset_mode, info_format: the front's settings.
     """
@@ -70,7 +71,7 @@ class HeldResults:
         batch: BatchViews,
         final_in_block: bool,
         obs: ObservationBatch,
-        needs_reset: np.ndarray,
+        ended: EndedEnvs,
         space: Space[Any],
         autoreset_mode: AutoresetMode,
         info_format: str,
@@ -78,10 +79,9 @@ class HeldResults:
         #: env -> its held result
         self.ready: dict[int, Held] = {}
         self._space = space
-        self._disabled = autoreset_mode is AutoresetMode.DISABLED
         self._info_format = info_format
         self._obs = obs
-        self._needs_reset = needs_reset
+        self._ended = ended
         self._final_in_block = final_in_block
         self._rewards = batch.rewards
         self._terminations = batch.terminations
@@ -121,10 +121,9 @@ class HeldResults:
         ready = self.ready
         if work is not None:
             got = chunk_results(unit, envs, work, outcome, self._space, self.last_obs)
-            if self._disabled:
-                for env, result in got.items():
-                    if result.error is None:
-                        self._needs_reset[env] = result.ended
+            for env, result in got.items():
+                if result.error is None:
+                    self._ended.answered(env, result.ended)
             ready.update(got)
             return
         status, value = outcome
@@ -152,16 +151,15 @@ class HeldResults:
             for env in envs:
                 ready[env] = RESET_IN_BLOCK
             return
-        disabled = self._disabled
+        tracked = self._ended.tracked
         final_in_block = self._final_in_block
         for env in envs:
-            if disabled or final_in_block:
+            if tracked or final_in_block:
                 ended = bool(self._terminations[env] or self._truncations[env])
                 if ended and final_in_block:  # its implicit final-obs event is built now
                     ready[env] = self.result(env, False, [], {})
                     continue
-                if disabled:
-                    self._needs_reset[env] = ended
+                self._ended.answered(env, ended)
             ready[env] = STEP_IN_BLOCK
 
     def materialise(self, envs: Iterable[int]) -> None:
@@ -198,8 +196,7 @@ class HeldResults:
             return EnvResult(obs, 0.0, False, False, events)
         terminated = bool(self._terminations[env])
         truncated = bool(self._truncations[env])
-        if self._disabled:
-            self._needs_reset[env] = terminated or truncated
+        self._ended.answered(env, terminated or truncated)
         if (terminated or truncated) and self._final_in_block:
             rows = self._final_obs_rows
             assert rows is not None

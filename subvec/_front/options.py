@@ -19,6 +19,7 @@ import numpy as np
 from subvec._backend import Unit
 from subvec._commands import ResetOptionsPayload, ResetPayload
 from subvec._compat import reset_mask_error
+from subvec._front.ended import EndedEnvs
 from subvec._seeding import SeedArg, per_env_seeds
 
 __all__ = ["EnvOptions", "EnvResetOptions", "ResetOptions", "ResetRequest", "unit_options"]
@@ -56,12 +57,9 @@ class ResetRequest:
             for unit in units:
                 self.mask[unit.lo : unit.hi] = True
 
-    def done(self, needs_reset: np.ndarray) -> None:
-        """The reset is over: the envs it reset no longer need one (``needs_reset``)."""
-        if self.mask is None:
-            needs_reset[:] = False
-        else:
-            needs_reset[self.mask] = False
+    def done(self, ended: EndedEnvs) -> None:
+        """The reset is over: the envs it reset no longer wait for one (``ended``)."""
+        ended.reset(self.mask)
 
     def payload(self, unit: Unit, stored: Sequence[dict[str, Any] | None] | None) -> ResetPayload:
         """``unit``'s RESET payload; ``stored``: its envs' stored options, which go along

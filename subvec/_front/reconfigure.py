@@ -18,12 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from subvec._backend import Backend, Unit
 from subvec._commands import Command, ReconfigurePayload
 from subvec._compat import AutoresetMode
 from subvec._front.calls import CallSteps, EnvIds, checked_env_ids
+from subvec._front.ended import EndedEnvs
 from subvec._front.exchange import LockstepExchange
 from subvec._front.recovery import FailurePolicy
 from subvec._front.setup import Timeouts
@@ -46,7 +45,7 @@ class EnvReconfigure(CallSteps):
     _state: _State
     _units: Units
     _exchange: LockstepExchange
-    _needs_reset: np.ndarray
+    _ended: EndedEnvs
     _backends: list[Backend]
     _policy: FailurePolicy
 
@@ -126,8 +125,8 @@ class EnvReconfigure(CallSteps):
                 backend.set_factories(blobs)
         only = self._send_reconfigure(blobs, with_factories=False, commit=commit)
         self._collect(_State.WAITING_CALL, None, only)
-        if commit and self.autoreset_mode is AutoresetMode.DISABLED:
-            self._needs_reset[list(blobs)] = True
+        if commit:
+            self._ended.rebuilt(list(blobs))
 
     def _send_reconfigure(
         self, blobs: Mapping[int, bytes], *, with_factories: bool, commit: bool = False

@@ -14,13 +14,13 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import numpy as np
 from gymnasium import Space
 
 from subvec._backend import Backend, Failure, RestartRecord
 from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
 from subvec._compat import AutoresetMode, vector_metadata
 from subvec._front.chunk import ChunkStepper
+from subvec._front.ended import EndedEnvs
 from subvec._front.exchange import LockstepExchange
 from subvec._front.merge import make_merger
 from subvec._front.observations import ObservationBatch
@@ -178,7 +178,7 @@ class FrontStart:
             interrupted=weak_method(self._interrupted),
         )
         #: the envs that ended and wait for a reset (DISABLED refuses to step them)
-        self._needs_reset = np.zeros(n, dtype=np.bool_)
+        self._ended = EndedEnvs(n, self.autoreset_mode is AutoresetMode.DISABLED)
         #: a step's results, as they are handed out
         self._results = StepResults(
             batch,
@@ -187,8 +187,7 @@ class FrontStart:
             obs,
             make_merger(self.info_format, n),
             exchange,
-            self._needs_reset,
-            self.autoreset_mode,
+            self._ended,
             self.timeouts,
         )
         #: the pending reset's seeds, mask and named options (a restart during it resets
@@ -217,7 +216,7 @@ class FrontStart:
             batch=batch,
             final_in_block=final_obs,
             obs=obs,
-            needs_reset=self._needs_reset,
+            ended=self._ended,
             reset_options=self._reset_options,
             policy=self._policy,
             spaces=(self.single_observation_space, self.single_action_space),

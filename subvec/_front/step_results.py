@@ -23,7 +23,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from subvec._batch import BatchViews
 from subvec._commands import UnitReply
-from subvec._compat import AutoresetMode
+from subvec._front.ended import EndedEnvs
 from subvec._front.merge import InfoMerger, Part
 from subvec._front.observations import ObservationBatch
 from subvec._front.recycle import Recycler
@@ -56,8 +56,7 @@ class StepResults:
         obs: the observation batch.
         merger: the info merger of the front's ``info_format``.
         exchange: the lock-step exchange (the restart flags' writer).
-        needs_reset: the envs that ended (autoreset DISABLED refuses to step them).
-        autoreset_mode: the vector env's.
+        ended: the envs that ended and wait for a reset (DISABLED refuses to step them).
         timeouts: the bound of a call given none (recycling's same-step resets).
     """
 
@@ -69,8 +68,7 @@ class StepResults:
         obs: ObservationBatch,
         merger: InfoMerger,
         exchange: LockstepExchange,
-        needs_reset: np.ndarray,
-        autoreset_mode: AutoresetMode,
+        ended: EndedEnvs,
         timeouts: Timeouts,
     ) -> None:
         self.rewards = batch.rewards
@@ -82,8 +80,7 @@ class StepResults:
         self.obs = obs
         self.merger = merger
         self.exchange = exchange
-        self.needs_reset = needs_reset
-        self.disabled = autoreset_mode is AutoresetMode.DISABLED
+        self.ended = ended
         self.timeouts = timeouts
         #: the recycler, where the backend recycles
         self.recycler: Recycler | None = None
@@ -115,8 +112,7 @@ class StepResults:
             )
         obs = self.obs.out(parts)
         infos = self.merge_infos(parts)
-        if self.disabled:  # only that mode refuses ended envs
-            np.logical_or(self.terminations, self.truncations, out=self.needs_reset)
+        self.ended.stepped(self.terminations, self.truncations)
         return (
             obs,
             self.rewards.copy(),

@@ -38,6 +38,7 @@ from subvec._front.async_chunks import ChunkWork, describe_shapes, restarted_chu
 from subvec._front.async_stats import AsyncRecorder
 from subvec._front.calls import checked_env_ids
 from subvec._front.chunk import ChunkStepper
+from subvec._front.ended import EndedEnvs
 from subvec._front.held import HeldResults, shape_of
 from subvec._front.observations import ObservationBatch
 from subvec._front.options import EnvResetOptions, ResetOptions
@@ -102,8 +103,8 @@ class AsyncEngine:
         batch: the batch arrays the units write (rewards, flags, observations, action rows).
         final_in_block: whether SAME_STEP final observations are in the block's rows.
         obs: the front's observation batch (each env's by-value observation kept there).
-        needs_reset: the front's per-env "ended, needs a reset" flags (written here for
-            the resets sent, and by the held results for the steps answered).
+        ended: the envs that ended and wait for a reset (reset here for the resets sent;
+            the held results report the steps answered).
         reset_options: the envs' stored options and the reset forms' checks.
         policy: the failure policy (restarts are made through it).
         spaces: the single observation and action spaces.
@@ -122,7 +123,7 @@ class AsyncEngine:
         batch: BatchViews,
         final_in_block: bool,
         obs: ObservationBatch,
-        needs_reset: np.ndarray,
+        ended: EndedEnvs,
         reset_options: EnvResetOptions,
         policy: FailurePolicy,
         spaces: tuple[Space[Any], Space[Any]],
@@ -140,13 +141,13 @@ class AsyncEngine:
         self._policy = policy
         self._chunks = chunks
         self.single_observation_space, self.single_action_space = spaces
-        self.num_envs = len(needs_reset)
+        self.num_envs = len(ended.flags)
         self.autoreset_mode = autoreset_mode
         #: DISABLED without freeze: an ended env is not sent work until it is reset
         self._refuses_ended = refuses_ended
         self.info_format = info_format
         self.batch_size = batch_size
-        self._needs_reset = needs_reset
+        self._ended = ended
         self._store_action_rows = batch.store_action_rows
         self._read_action = batch.read_action
         #: the results held for ``recv`` (their one writer); ``recv`` serves them in the
@@ -155,7 +156,7 @@ class AsyncEngine:
             batch=batch,
             final_in_block=final_in_block,
             obs=obs,
-            needs_reset=needs_reset,
+            ended=ended,
             space=self.single_observation_space,
             autoreset_mode=autoreset_mode,
             info_format=info_format,
@@ -257,7 +258,7 @@ class AsyncEngine:
             payload = request.payload(unit, self._reset_options.stored(unit))
             self._units.backend(unit).send(Command.RESET, payload, units=[unit])
             self._flight[unit.index] = _Flight("reset", envs, min(self._sent_at[e] for e in envs))
-            self._needs_reset[envs] = False
+            self._ended.reset(envs)
 
     def send(self, actions: Any, env_ids: Any) -> None:
         """``VectorFront.send``, once the front allows it.
@@ -329,7 +330,7 @@ class AsyncEngine:
                 "recv() them before sending them new actions"
             )
         if self._refuses_ended:
-            ended = [int(e) for e in ids if self._needs_reset[e]]
+            ended = [int(e) for e in ids if self._ended.flags[e]]
             if ended:
                 raise ValueError(
                     f"envs {ended} terminated or truncated and autoreset_mode is DISABLED: "

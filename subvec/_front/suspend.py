@@ -23,6 +23,7 @@ import numpy as np
 from subvec._backend import Backend
 from subvec._commands import Command, EnvSnapshot, RestorePayload
 from subvec._front.calls import CallSteps
+from subvec._front.ended import EndedEnvs
 from subvec._front.exchange import LockstepExchange
 from subvec._front.setup import Timeouts
 from subvec._front.state import _State
@@ -42,7 +43,7 @@ class Suspension(CallSteps):
     timeouts: Timeouts
     _units: Units
     _exchange: LockstepExchange
-    _needs_reset: np.ndarray
+    _ended: EndedEnvs
     _backends: list[Backend]
     #: while suspended: every env's snapshot, and the ended-env flags (DISABLED) then
     _suspended: tuple[list[EnvSnapshot], np.ndarray] | None = None
@@ -75,7 +76,7 @@ class Suspension(CallSteps):
         """
         self._begin(_State.WAITING_CALL)
         snapshots = self._snapshot_envs()
-        ended = self._needs_reset.copy()
+        ended = self._ended.flags.copy()
         for backend in self._backends:
             backend.suspend(SUSPEND_CLOSE_TIMEOUT)
         self._suspended = (snapshots, ended)
@@ -113,7 +114,7 @@ class Suspension(CallSteps):
         self.reset()
         self._restore_envs(snapshots)
         has_state = np.array([s.has_state for s in snapshots], dtype=bool)
-        self._needs_reset[:] = ended & has_state
+        self._ended.restore(ended & has_state)
 
     def _snapshot_envs(self) -> list[EnvSnapshot]:
         """Every env's snapshot, in env order (the state must be idle)."""
