@@ -40,6 +40,7 @@ from subvec._front.recovery import DEFAULT_MAX_RESTARTS
 from subvec._front.recycle import RecyclePolicy
 from subvec._front.setup import EnvsHello, Hello, ObservationMode, TimeoutArg
 from subvec._front.state import _WAITING, _State
+from subvec._front.suspend import SUSPEND_CLOSE_TIMEOUT
 from subvec._pickling import pickle_factories
 from subvec._process import wire as proto
 from subvec._process.block import BlockPlan, bind_batch, plan_block
@@ -128,6 +129,13 @@ class SubprocVectorEnv(VectorFront):
             not named is not bounded; an action chunk of K sub-steps gets K times the step's).
             What times out follows ``on_worker_failure``.
         start_timeout: bound on building the envs at construction (``None``: no bound).
+        start: ``"now"`` (default): the workers build their envs at construction. ``"lazy"``:
+            construction builds the first worker's envs only, to read the spaces, and ends
+            it; the first call that needs the envs (a ``reset``, usually) starts every worker,
+            as ``resume()`` does, and checks that every env has those spaces. Until then no
+            worker process exists (``started`` is False): many vector envs can be built
+            ahead and only the one in use holds processes and memory. Not with
+            ``parent_envs`` (built in the parent at construction) or recycling.
         on_worker_failure: ``"raise"`` (default: a dead or hung worker breaks the vector env,
             like AsyncVectorEnv) or ``"restart"``: the worker is replaced, its envs rebuilt and
             reset, and the step reports them truncated with ``infos["worker_restarted"]``. Hangs
@@ -219,6 +227,7 @@ class SubprocVectorEnv(VectorFront):
         max_concurrent_starts: int | None = None,
         build_retries: int = 0,
         freeze: bool = False,
+        start: str = "now",
     ) -> None:
         super().__init__()
         check_platform()
@@ -308,24 +317,30 @@ class SubprocVectorEnv(VectorFront):
         self._local: LocalShare | None = None
         #: the last chunk command and its bytes (a usual chunk's is the same object again)
         self._chunk_sent: tuple[StepEnvsPayload, bytes] | None = None
+        lazy = check_start(start, self.parent_envs, recycling is not None)
         try:
-            self._pool.spawn_all()
-            if self.parent_envs:  # built here while the workers build theirs
-                first = self.num_envs - self.parent_envs
-                self._local = LocalShare(
-                    self.env_fns[first:],
-                    first,
-                    self.num_workers,
-                    self.autoreset_mode,
-                    self.freeze,
-                    build_retries,
-                )
-            self._pool.handshake(self._pool.workers, start_timeout)
-            hellos: list[EnvsHello] = [w.hello for w in self._pool.workers if w.hello]
-            if self._local is not None:
-                hellos.append(Hello.of_envs(self._local.envs))
-            self._take_hellos(hellos)
+            if lazy:  # the first call starts the workers (see _start_units)
+                self._take_hellos([self._probe(start_timeout)])
+            else:
+                self._pool.spawn_all()
+                if self.parent_envs:  # built here while the workers build theirs
+                    first = self.num_envs - self.parent_envs
+                    self._local = LocalShare(
+                        self.env_fns[first:],
+                        first,
+                        self.num_workers,
+                        self.autoreset_mode,
+                        self.freeze,
+                        build_retries,
+                    )
+                self._pool.handshake(self._pool.workers, start_timeout)
+                hellos: list[EnvsHello] = [w.hello for w in self._pool.workers if w.hello]
+                if self._local is not None:
+                    hellos.append(Hello.of_envs(self._local.envs))
+                self._take_hellos(hellos)
             self._setup_block()
+            if lazy:
+                self._enter_unstarted()
         except BaseException:
             # Nothing may outlive a failed construction: the caller holds only the exception.
             if self._local is not None:
@@ -347,6 +362,41 @@ class SubprocVectorEnv(VectorFront):
             self._start_recycling(recycling, rss_of=lambda unit: process_rss(unit.pid))
 
     # --- construction ------------------------------------------------------------------------
+
+    def _probe(self, timeout: float | None) -> Hello:
+        """``start="lazy"``: build the first worker's envs, read what they say, end it again;
+        every env is taken to be the first one's (checked when the workers start)."""
+        pool = self._pool
+        pool.workers.append(pool.spawn(0))
+        try:
+            pool.handshake(pool.workers, timeout)
+            first = pool.workers[0].hello
+            assert first is not None
+        finally:
+            pool.suspend(SUSPEND_CLOSE_TIMEOUT)
+        n = self.num_envs
+        return Hello(
+            [first.observation_spaces[0]] * n,
+            [first.action_spaces[0]] * n,
+            first.metadata,
+            first.render_mode,
+        )
+
+    def _start_units(self) -> None:
+        super()._start_units()
+        # Every worker's envs against the spaces the probe read (start="lazy")
+        obs_space, act_space = self.single_observation_space, self.single_action_space
+        for worker in self._pool.workers:
+            assert worker.hello is not None
+            spaces = zip(worker.hello.observation_spaces, worker.hello.action_spaces)
+            for env, (obs, act) in enumerate(spaces, start=worker.lo):
+                if obs != obs_space or act != act_space:
+                    self._pool.suspend(0.0)
+                    raise ValueError(
+                        f"env {env} has observation space {obs} and action space {act}; env "
+                        f"0 had {obs_space} and {act_space} when start='lazy' read them: every "
+                        "env must have the same spaces (the workers are ended again)"
+                    )
 
     def _setup_block(self) -> None:
         n = self.num_envs
@@ -551,3 +601,24 @@ class SubprocVectorEnv(VectorFront):
             f"SubprocVectorEnv({spec}num_envs={self.num_envs}, num_workers={self.num_workers}, "
             f"autoreset_mode={self.autoreset_mode.value}, context={self.context}, {state})"
         )
+
+
+def check_start(start: object, parent_envs: int, recycling: bool) -> bool:
+    """Whether ``start`` asks for a lazy start (``"lazy"``; ``"now"``: not).
+
+    Raises:
+        ValueError: another value, or ``"lazy"`` with ``parent_envs`` or recycling.
+    """
+    if start not in ("now", "lazy"):
+        raise ValueError(f"start must be 'now' or 'lazy', got {start!r}")
+    if start == "lazy" and parent_envs:
+        raise ValueError(
+            "start='lazy' builds no env until the first call, and parent_envs builds its envs "
+            "in the parent at construction: use one or the other"
+        )
+    if start == "lazy" and recycling:
+        raise ValueError(
+            "start='lazy' is not available with recycle_every or worker_max_rss (recycling "
+            "watches the workers from construction on)"
+        )
+    return start == "lazy"

@@ -218,3 +218,86 @@ def test_timeout_mappings_are_checked_on_every_backend() -> None:
     plain = InProcessVectorEnv([checks.armed] * 2, timeout=3)
     assert (plain.timeouts.reset, plain.timeouts.step, plain.timeouts.call) == (3.0,) * 3
     plain.close()
+
+
+# --- start="lazy" ------------------------------------------------------------------------
+
+
+def _workers_alive(envs: SubprocVectorEnv) -> list[int]:
+    return [w.process.pid for w in envs._pool.workers if w.process.is_alive()]  # type: ignore[attr-defined]
+
+
+def test_lazy_start_runs_no_worker_until_the_first_call_then_steps_as_sync() -> None:
+    from tests.envs import ZooEnv
+
+    fns = [functools.partial(ZooEnv, max_steps=10**6)] * 4
+    envs = SubprocVectorEnv(fns, num_workers=2, start="lazy")
+    eager = SubprocVectorEnv(fns, num_workers=2)
+    try:
+        assert not envs.started and _workers_alive(envs) == [] and envs.placement == ()
+        for name in ("single_observation_space", "single_action_space", "observation_space"):
+            assert getattr(envs, name) == getattr(eager, name), name
+        assert envs.metadata == eager.metadata and envs.render_mode == eager.render_mode
+        got = envs.reset(seed=5)  # the first call starts both workers, then resets
+        assert envs.started and len(_workers_alive(envs)) == 2 and len(envs.placement) == 2
+        assert_same(got, eager.reset(seed=5))
+        actions = np.array([0, 1, 2, 1])
+        for _ in range(6):
+            assert_same(envs.step(actions), eager.step(actions))
+    finally:
+        envs.close()
+        eager.close()
+
+
+@pytest.mark.parametrize("first_call", ["get_attr", "resume", "async_reset"])
+def test_any_first_call_starts_a_lazy_vector_env(first_call: str) -> None:
+    from tests.envs import ZooEnv
+
+    envs = SubprocVectorEnv([ZooEnv] * 2, num_workers=2, start="lazy")
+    try:
+        if first_call == "get_attr":
+            assert envs.get_attr("max_steps") == (7, 7)
+        elif first_call == "resume":
+            envs.resume()
+            envs.reset(seed=0)
+        else:
+            envs.async_reset(seed=0)
+            envs.drain()
+        assert envs.started and len(_workers_alive(envs)) == 2 and not envs.suspended
+    finally:
+        envs.close()
+
+
+def test_lazy_start_finds_an_env_with_other_spaces_at_the_first_call() -> None:
+    from gymnasium import spaces
+
+    from tests.envs import ZooEnv
+
+    fns = [ZooEnv] * 3 + [functools.partial(ZooEnv, act_space=spaces.Discrete(5))]
+    envs = SubprocVectorEnv(fns, envs_per_worker=1, start="lazy")
+    try:
+        assert envs.single_action_space == spaces.Discrete(3)  # env 0's, read at construction
+        for _ in range(2):  # refused, and again: nothing stays started
+            with pytest.raises(ValueError, match=r"env 3 has .* action space Discrete\(5\)"):
+                envs.reset(seed=0)
+            assert not envs.started and _workers_alive(envs) == []
+    finally:
+        envs.close()
+
+
+def test_lazy_start_refuses_what_it_cannot_do_and_probes_errors_at_construction() -> None:
+    from subvec import EnvError
+    from tests.envs import ZooEnv
+
+    with pytest.raises(ValueError, match="start must be 'now' or 'lazy'"):
+        SubprocVectorEnv([ZooEnv] * 2, start="later")
+    with pytest.raises(ValueError, match="parent_envs"):
+        SubprocVectorEnv([ZooEnv] * 2, num_workers=1, parent_envs=1, start="lazy")
+    with pytest.raises(ValueError, match="recycle_every"):
+        SubprocVectorEnv([ZooEnv] * 2, envs_per_worker=1, recycle_every=2, start="lazy")
+
+    def broken() -> Any:
+        raise RuntimeError("no simulator here")
+
+    with pytest.raises(EnvError, match="no simulator here"):
+        SubprocVectorEnv([broken, ZooEnv], num_workers=2, start="lazy")

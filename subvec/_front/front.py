@@ -113,6 +113,8 @@ class VectorFront(FrontStart, AsyncCalls, EnvCalls, EnvReconfigure, Suspension, 
 
     def _assert_is_running(self) -> None:
         self._assert_open()
+        if self._state is _State.SUSPENDED and self._unstarted:
+            self._start_lazily()  # start="lazy": the first call starts the units
         if self._state is _State.SUSPENDED:
             raise RuntimeError(
                 "the vector env is suspended: resume() starts its units again (or close() it)"

@@ -10,8 +10,11 @@
 
 With the hook, an env's episode continues exactly where it was (the next step is the one it
 would have had); without it, the env starts a new episode (reset by ``resume``, its
-observation not returned: call ``reset()`` to seed it and see it). A mixin of
-:class:`subvec._front.front.VectorFront`.
+observation not returned: call ``reset()`` to seed it and see it).
+
+A vector env built with ``start="lazy"`` begins where a suspended one is, with no snapshot:
+its first call starts the units (:meth:`Suspension._start_units`, the start half of
+``resume``) and then runs. A mixin of :class:`subvec._front.front.VectorFront`.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class Suspension(CallSteps):
     _backends: list[Backend]
     #: while suspended: every env's snapshot, and the ended-env flags (DISABLED) then
     _suspended: tuple[list[EnvSnapshot], np.ndarray] | None = None
+    #: built with ``start="lazy"`` and no call has started the units yet
+    _unstarted = False
 
     if TYPE_CHECKING:
 
@@ -58,6 +63,30 @@ class Suspension(CallSteps):
     def suspended(self) -> bool:
         """Whether the units are ended by :meth:`suspend` (until :meth:`resume`)."""
         return self._suspended is not None
+
+    @property
+    def started(self) -> bool:
+        """Whether the units have started (False only for ``start="lazy"`` before the first
+        call)."""
+        return not self._unstarted
+
+    def _enter_unstarted(self) -> None:
+        """``start="lazy"``: no unit runs yet; the first call starts them."""
+        self._unstarted = True
+        self._enter(_State.SUSPENDED)
+
+    def _start_lazily(self) -> None:
+        """The first call of a ``start="lazy"`` vector env: start the units (the call then
+        runs as on any vector env).
+
+        Raises:
+            EnvError, WorkerDiedError, WorkerTimeoutError, ValueError: a unit failed to start,
+                or its envs' spaces are not the ones read at construction (nothing stays
+                started: the next call tries again).
+        """
+        self._start_units()
+        self._unstarted = False
+        self._enter(_State.IDLE)
 
     def suspend(self) -> None:
         """Snapshot every env and end every unit (worker processes, Ray actors; the
@@ -95,9 +124,28 @@ class Suspension(CallSteps):
                 ``set_state`` raised.
         """
         self._assert_open()
+        if self._unstarted:  # start="lazy": starting is all there is to resume
+            self._start_lazily()
+            return
         if self._suspended is None:
             raise RuntimeError("resume(): the vector env is not suspended (suspend() first)")
         snapshots, ended = self._suspended
+        self._start_units()
+        self._suspended = None
+        self._enter(_State.IDLE)
+        self.reset()
+        self._restore_envs(snapshots)
+        has_state = np.array([s.has_state for s in snapshots], dtype=bool)
+        self._ended.restore(ended & has_state)
+
+    def _start_units(self) -> None:
+        """Start every unit again on its placement (all at once, under
+        ``max_concurrent_starts`` and ``build_retries``; bounded by ``start_timeout``, else
+        the reset's timeout); if one fails, those started are ended again.
+
+        Raises:
+            EnvError, WorkerDiedError, WorkerTimeoutError: a unit failed to start.
+        """
         bound = self._build_timeout(self.timeouts.reset)
         started: list[Backend] = []
         try:
@@ -109,12 +157,6 @@ class Suspension(CallSteps):
                 backend.suspend(0.0)
             raise
         self._units.refresh()
-        self._suspended = None
-        self._enter(_State.IDLE)
-        self.reset()
-        self._restore_envs(snapshots)
-        has_state = np.array([s.has_state for s in snapshots], dtype=bool)
-        self._ended.restore(ended & has_state)
 
     def _snapshot_envs(self) -> list[EnvSnapshot]:
         """Every env's snapshot, in env order (the state must be idle)."""
