@@ -414,17 +414,12 @@ class WorkerPool:
         *,
         deadline: float | None = None,
     ) -> tuple[dict[int, Reply], list[Failure]]:
-        """Wait for the awaited reply of every worker in ``workers``.
-
-        Returns the replies by worker index and the failures: workers that died (seen through
-        their sentinel, at once) or, once ``timeout`` has passed, those still silent ("hung").
-        With ``stop_at_death`` the first death ends the wait at once, whatever the others do.
-        ``deadline`` (monotonic) continues a wait that started earlier with that ``timeout``.
-        """
-        if deadline is None and timeout is not None:
-            deadline = time.monotonic() + timeout
+        """Wait for the awaited reply of every worker in ``workers``: the futex protocol's
+        wait where they serve it, else :meth:`PipeWaits.gather`, which says what comes back."""
         exchange = self._bell
         if exchange is not None and workers and workers[0].on_bell:
+            if deadline is None and timeout is not None:
+                deadline = time.monotonic() + timeout
             got = exchange.gather(workers, timeout, what, stop_at_death, deadline)
             if got is None:
                 return {w.index: PLAIN_OK for w in workers}, []
