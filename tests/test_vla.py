@@ -227,9 +227,16 @@ def _workers_alive(envs: SubprocVectorEnv) -> list[int]:
     return [w.process.pid for w in envs._pool.workers if w.process.is_alive()]  # type: ignore[attr-defined]
 
 
-def test_lazy_start_runs_no_worker_until_the_first_call_then_steps_as_sync() -> None:
+@pytest.mark.parametrize("wake", ["pipes", "futex"])
+def test_lazy_start_runs_no_worker_until_the_first_call_then_steps_as_sync(
+    wake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from subvec._process import wake as _wake
     from tests.envs import ZooEnv
 
+    if wake == "futex" and not _wake.available():
+        pytest.skip("no shared futexes here")
+    monkeypatch.setenv(_wake.ENV_VAR, wake)  # the block holds the futex words, or not
     fns = [functools.partial(ZooEnv, max_steps=10**6)] * 4
     envs = SubprocVectorEnv(fns, num_workers=2, start="lazy")
     eager = SubprocVectorEnv(fns, num_workers=2)
@@ -241,9 +248,12 @@ def test_lazy_start_runs_no_worker_until_the_first_call_then_steps_as_sync() -> 
         got = envs.reset(seed=5)  # the first call starts both workers, then resets
         assert envs.started and len(_workers_alive(envs)) == 2 and len(envs.placement) == 2
         assert_same(got, eager.reset(seed=5))
+        assert envs.layout.wake == eager.layout.wake == wake
         actions = np.array([0, 1, 2, 1])
         for _ in range(6):
             assert_same(envs.step(actions), eager.step(actions))
+        chunk = np.tile(actions[:, None], (1, 3))
+        assert_same(envs.step_chunk(chunk), eager.step_chunk(chunk))
     finally:
         envs.close()
         eager.close()
