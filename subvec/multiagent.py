@@ -192,6 +192,10 @@ class MultiAgentVectorEnv(VectorEnv):
         #: reset in that step; with DISABLED they wait for a reset); cleared by a reset.
         self.ended_envs = np.zeros(self.num_parallel_envs, dtype=np.bool_)
         self._last_recv: list[int] = []
+        #: the ParallelEnvs running a ``send_chunk`` no ``recv`` returned yet, and the
+        #: ``all_obs`` those chunks return with
+        self._chunks_out: set[int] = set()
+        self._chunk_all_obs = False
 
     def _take_spaces(self) -> None:
         """Agents and spaces from every env, checked to agree."""
@@ -254,10 +258,10 @@ class MultiAgentVectorEnv(VectorEnv):
             out[where] = leaf.reshape(n, a, *shape[1:])
         return _rebuild(self.single_action_space, out)
 
-    def _env_chunks(self, actions: Any) -> tuple[Any, int]:
-        """Row chunks ``(n * A, K, ...)`` as the envs' ``(n, K, A, ...)`` (copies), checked;
-        and K."""
-        n, a = self.num_parallel_envs, self.agents_per_env
+    def _env_chunks(self, actions: Any, envs: int | None = None) -> Any:
+        """Row chunks ``(n * A, K, ...)`` as the envs' ``(n, K, A, ...)`` (copies), checked
+        (``n``: every env, or ``envs`` of them)."""
+        n, a = self.num_parallel_envs if envs is None else envs, self.agents_per_env
         rows = n * a
         out: dict[str, Any] = {}
         chunk: int | None = None
@@ -275,8 +279,7 @@ class MultiAgentVectorEnv(VectorEnv):
             chunk = int(leaf.shape[1])
             per_env = leaf.reshape(n, a, chunk, *leaf.shape[2:])
             out[where] = np.ascontiguousarray(per_env.swapaxes(1, 2))
-        assert chunk is not None
-        return _rebuild(self.single_action_space, out), chunk
+        return _rebuild(self.single_action_space, out)
 
     def _env_mask(self, mask: Any) -> np.ndarray:
         """A rows' reset mask as the envs': an env resets when one of its rows is selected;
@@ -428,14 +431,23 @@ class MultiAgentVectorEnv(VectorEnv):
             ValueError: not one chunk per agent (nothing is sent); as
                 ``SubprocVectorEnv.step_chunk`` otherwise.
         """
-        env_actions, chunk = self._env_chunks(actions)
         # every sub-step's adapter observation: the rows' rewards and flags are in it
-        obs, _, env_terms, env_truncs, listed = self.env_vector.step_chunk(
-            env_actions, stop_on_done=stop_on_done, all_obs=True
+        batch = self.env_vector.step_chunk(
+            self._env_chunks(actions), stop_on_done=stop_on_done, all_obs=True
         )
+        return self._chunk_rows(batch, None, all_obs)
+
+    def _chunk_rows(
+        self, batch: Any, env_ids: list[int] | None, all_obs: bool
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """A chunk's rows out of the adapters' chunk batch (run with ``all_obs`` underneath)
+        of every env, or of ``env_ids``: each sub-step laid out as that :meth:`step` would
+        have, merged with the chunk axis."""
+        obs, _, env_terms, env_truncs, listed = batch  # info_format="list" underneath
         steps = np.array([int(info["chunk_steps"]) for info in listed], dtype=np.int64)
         a = self.agents_per_env
-        rows = self.num_envs
+        rows = len(listed) * a
+        chunk = int(env_terms.shape[1])
         rewards = np.zeros((rows, chunk), dtype=np.float64)
         terms = np.zeros((rows, chunk), dtype=np.bool_)
         truncs = np.zeros((rows, chunk), dtype=np.bool_)
@@ -456,10 +468,19 @@ class MultiAgentVectorEnv(VectorEnv):
             ]
         events.sort(key=lambda e: e[0])  # env-major, sub-steps in order
         infos = merge_chunk_infos(self.info_format, events, rows, chunk, row_steps)
-        ran_any = steps > 0
+        ids = np.arange(len(listed)) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
+        ended_envs = self.ended_envs.copy()
         last = np.maximum(steps - 1, 0)
         ended = (env_terms | env_truncs)[np.arange(len(steps)), last]
-        self.ended_envs = np.where(ran_any, ended, self.ended_envs)
+        ended_envs[ids] = np.where(steps > 0, ended, ended_envs[ids])
+        self.ended_envs = ended_envs
+        if env_ids is not None:
+            row_ids = np.repeat(ids, a)
+            if self.info_format == "list":
+                for info, i in zip(infos, row_ids.tolist()):
+                    info["env_id"] = i
+            else:
+                infos["env_id"] = row_ids
         # the agents' observations, (n, K, A, ...) per leaf, as rows (n * A, K, ...)
         row_obs = _leaf_map(
             lambda leaf: leaf.swapaxes(1, 2).reshape(rows, chunk, *leaf.shape[3:]), obs["obs"]
@@ -498,6 +519,42 @@ class MultiAgentVectorEnv(VectorEnv):
         ids = self._last_recv if env_ids is None else [int(i) for i in env_ids]
         self.env_vector.send(self._env_actions(actions, len(ids)), ids)
 
+    def send_chunk(
+        self,
+        actions: Any,
+        env_ids: Sequence[int] | None = None,
+        *,
+        stop_on_done: bool = False,
+        all_obs: bool = False,
+    ) -> None:
+        """Start a chunk of K actions on the ParallelEnvs ``env_ids``, while others may be
+        in flight: per row exactly :meth:`step_chunk`'s; a :meth:`recv` that returns them
+        gives rewards and flags ``(rows, K)`` and infos with the chunk axis.
+
+        Args:
+            actions: ``len(env_ids) * agents_per_env`` row chunks, ``(rows, K, ...)``,
+                env-major in the order of ``env_ids``.
+            env_ids: ParallelEnv indices (default: those the last :meth:`recv` returned).
+            stop_on_done, all_obs: as :meth:`step_chunk`; chunks in flight at once share
+                ``all_obs`` (and K, as ``SubprocVectorEnv.send_chunk``'s).
+
+        Raises:
+            ValueError: not one chunk per agent of those envs, another ``all_obs`` than the
+                chunks in flight, or as ``SubprocVectorEnv.send_chunk``; nothing is sent.
+        """
+        ids = self._last_recv if env_ids is None else [int(i) for i in env_ids]
+        if self._chunks_out and all_obs != self._chunk_all_obs:
+            raise ValueError(
+                f"send_chunk: all_obs={all_obs}, but the chunks in flight (envs "
+                f"{sorted(self._chunks_out)}) have all_obs={self._chunk_all_obs}: recv() them "
+                "first"
+            )
+        self.env_vector.send_chunk(
+            self._env_chunks(actions, len(ids)), ids, stop_on_done=stop_on_done, all_obs=True
+        )
+        self._chunk_all_obs = all_obs
+        self._chunks_out.update(ids)
+
     def recv(
         self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
@@ -522,6 +579,9 @@ class MultiAgentVectorEnv(VectorEnv):
         obs, _, env_terms, env_truncs, env_infos = batch  # info_format="list" underneath
         ids = [int(info["env_id"]) for info in env_infos]
         self._last_recv = ids
+        if env_infos and "chunk_steps" in env_infos[0]:  # chunks (a batch holds one shape)
+            self._chunks_out.difference_update(ids)
+            return self._chunk_rows(batch, ids, self._chunk_all_obs)
         ended = self.ended_envs.copy()
         ended[ids] = env_terms | env_truncs
         self.ended_envs = ended

@@ -626,3 +626,48 @@ def test_step_chunk_by_rows_stops_an_ended_env_and_refuses_bad_chunks() -> None:
         envs.step_chunk(np.zeros((envs.num_envs, 2), dtype=np.int64))  # still usable
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("all_obs", [False, True], ids=["last-obs", "all-obs"])
+def test_send_chunk_by_rows_equals_step_chunk_per_env(all_obs: bool) -> None:
+    """Two halves of the envs run chunks concurrently (send_chunk, recv as they come); each
+    env's rows equal what a twin's lock-step step_chunk of the same actions gave them."""
+    kwargs = {"envs_per_worker": 1, "autoreset_mode": SAME}
+    staged = MultiAgentVectorEnv([Comings] * 4, **kwargs)
+    twin = MultiAgentVectorEnv([Comings] * 4, **kwargs)
+    a = staged.agents_per_env
+    rng = np.random.default_rng(3)
+    try:
+        staged.reset(seed=9)
+        twin.reset(seed=9)
+        for chunk in (3, 3, 5, 2):
+            actions = rng.integers(0, 3, (staged.num_envs, chunk))
+            want = twin.step_chunk(actions, all_obs=all_obs)
+            for half in ([0, 1], [2, 3]):
+                rows = np.concatenate([np.arange(i * a, (i + 1) * a) for i in half])
+                staged.send_chunk(actions[rows], half, all_obs=all_obs)
+            got_envs: list[int] = []
+            while len(got_envs) < 4:
+                obs, rew, term, trunc, infos = staged.recv(min_envs=1)
+                ids = sorted(set(infos["env_id"].tolist()))
+                for pos, i in enumerate(infos["env_id"][::a].tolist()):
+                    mine, theirs = slice(pos * a, (pos + 1) * a), slice(i * a, (i + 1) * a)
+                    where = f"K={chunk} env {i}"
+                    np.testing.assert_array_equal(obs[mine], want[0][theirs], err_msg=where)
+                    np.testing.assert_array_equal(rew[mine], want[1][theirs], err_msg=where)
+                    np.testing.assert_array_equal(term[mine], want[2][theirs], err_msg=where)
+                    np.testing.assert_array_equal(trunc[mine], want[3][theirs], err_msg=where)
+                    np.testing.assert_array_equal(
+                        infos["active"][mine], want[4]["active"][theirs], err_msg=where
+                    )
+                got_envs += ids
+            assert sorted(got_envs) == [0, 1, 2, 3]
+            np.testing.assert_array_equal(staged.ended_envs, twin.ended_envs)
+        staged.send_chunk(np.zeros((2 * a, 2), dtype=np.int64), [0, 1], all_obs=all_obs)
+        with pytest.raises(ValueError, match=r"all_obs=.* chunks in flight"):
+            staged.send_chunk(np.zeros((2 * a, 2), dtype=np.int64), [2, 3], all_obs=not all_obs)
+        staged.drain()
+    finally:
+        staged.close()
+        twin.close()
