@@ -366,13 +366,17 @@ class MultiAgentVectorEnv(VectorEnv):
         row_obs, rewards, terms, truncs, active, events = self._row_step(obs, env_infos)
         infos = self._merge(events, active, len(active))
         if env_ids is not None:
-            ids = np.repeat(np.asarray(env_ids, dtype=np.int64), self.agents_per_env)
-            if self.info_format == "list":
-                for info, i in zip(infos, ids.tolist()):
-                    info["env_id"] = i
-            else:
-                infos["env_id"] = ids
+            self._name_envs(infos, env_ids)
         return row_obs, rewards, terms, truncs, infos
+
+    def _name_envs(self, infos: Any, env_ids: Sequence[int]) -> None:
+        """Each row's ParallelEnv as ``infos["env_id"]`` (a recv's rows, env-major)."""
+        ids = np.repeat(np.asarray(env_ids, dtype=np.int64), self.agents_per_env)
+        if self.info_format == "list":
+            for info, i in zip(infos, ids.tolist()):
+                info["env_id"] = i
+        else:
+            infos["env_id"] = ids
 
     def _row_step(
         self, obs: dict[str, Any], env_infos: Sequence[dict[str, Any]]
@@ -475,12 +479,7 @@ class MultiAgentVectorEnv(VectorEnv):
         ended_envs[ids] = np.where(steps > 0, ended, ended_envs[ids])
         self.ended_envs = ended_envs
         if env_ids is not None:
-            row_ids = np.repeat(ids, a)
-            if self.info_format == "list":
-                for info, i in zip(infos, row_ids.tolist()):
-                    info["env_id"] = i
-            else:
-                infos["env_id"] = row_ids
+            self._name_envs(infos, env_ids)
         # the agents' observations, (n, K, A, ...) per leaf, as rows (n * A, K, ...)
         row_obs = _leaf_map(
             lambda leaf: leaf.swapaxes(1, 2).reshape(rows, chunk, *leaf.shape[3:]), obs["obs"]

@@ -132,7 +132,9 @@ class SubprocVectorEnv(VectorFront):
         start: ``"now"`` (default): the workers build their envs at construction. ``"lazy"``:
             construction builds the first worker's envs only, to read the spaces, and ends
             it; the first call that needs the envs (a ``reset``, usually) starts every worker,
-            as ``resume()`` does, and checks that every env has those spaces. Until then no
+            as ``resume()`` does, and checks that every env has the first env's spaces
+            (envs whose spaces differ, ``observation_mode="different"``, cannot start
+            lazily). Until then no
             worker process exists (``started`` is False): many vector envs can be built
             ahead and only the one in use holds processes and memory. Not with
             ``parent_envs`` (built in the parent at construction) or recycling.
@@ -382,16 +384,18 @@ class SubprocVectorEnv(VectorFront):
             first.render_mode,
         )
 
-    def _start_units(self) -> None:
-        super()._start_units()
-        # Every worker's envs against the spaces the probe read (start="lazy")
+    def _check_started(self) -> None:
+        """``start="lazy"``: every worker's envs against the spaces the probe read.
+
+        Raises:
+            ValueError: an env has other spaces.
+        """
         obs_space, act_space = self.single_observation_space, self.single_action_space
         for worker in self._pool.workers:
             assert worker.hello is not None
             spaces = zip(worker.hello.observation_spaces, worker.hello.action_spaces)
             for env, (obs, act) in enumerate(spaces, start=worker.lo):
                 if obs != obs_space or act != act_space:
-                    self._pool.suspend(0.0)
                     raise ValueError(
                         f"env {env} has observation space {obs} and action space {act}; env "
                         f"0 had {obs_space} and {act_space} when start='lazy' read them: every "

@@ -311,3 +311,19 @@ def test_lazy_start_refuses_what_it_cannot_do_and_probes_errors_at_construction(
 
     with pytest.raises(EnvError, match="no simulator here"):
         SubprocVectorEnv([broken, ZooEnv], num_workers=2, start="lazy")
+
+
+def test_resume_of_envs_with_different_spaces_is_not_checked_as_a_lazy_start() -> None:
+    from gymnasium import spaces
+
+    from tests.envs import ZooEnv
+
+    fns = [functools.partial(ZooEnv, obs_space=spaces.Box(0, 1 + i, (3,))) for i in range(2)]
+    envs = SubprocVectorEnv(fns, num_workers=2, observation_mode="different")
+    try:
+        envs.reset(seed=0)
+        envs.suspend()
+        envs.resume()  # the envs' own spaces differ by design: no lazy start's check
+        assert envs.step(np.array([0, 1]))[0].shape == (2, 3)
+    finally:
+        envs.close()

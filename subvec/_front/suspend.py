@@ -85,8 +85,18 @@ class Suspension(CallSteps):
                 started: the next call tries again).
         """
         self._start_units()
+        try:
+            self._check_started()
+        except BaseException:
+            for backend in self._backends:
+                backend.suspend(0.0)
+            raise
         self._unstarted = False
         self._enter(_State.IDLE)
+
+    def _check_started(self) -> None:
+        """Raise if the units a lazy start started are not what construction read (the
+        process backend checks its workers' spaces; nothing to check here)."""
 
     def suspend(self) -> None:
         """Snapshot every env and end every unit (worker processes, Ray actors; the
