@@ -44,6 +44,7 @@ from gymnasium.vector.utils import batch_space
 
 from subvec._agents import AgentRowsFactory
 from subvec._compat import AutoresetMode
+from subvec._front.async_stats import AsyncStats
 from subvec._front.front import VectorFront
 from subvec._front.merge import _add_info_legacy, _legacy_events, _Rows, merge_chunk_infos
 from subvec._front.setup import check_info_format
@@ -555,9 +556,22 @@ class MultiAgentVectorEnv(VectorEnv):
         self._chunks_out.update(ids)
 
     def recv(
-        self, min_envs: int | None = None, max_envs: int | None = None, timeout: float | None = None
+        self,
+        min_envs: int | None = None,
+        max_envs: int | None = None,
+        timeout: float | None = None,
+        *,
+        deadline: float | None = None,
+        env_ids: Sequence[int] | None = None,
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
-        """The rows of the first ready ParallelEnvs (counts are of envs, not rows).
+        """The rows of the first ready ParallelEnvs, or of exactly ``env_ids``; counts and
+        ids are of ParallelEnvs, not rows.
+
+        Args:
+            min_envs, max_envs, timeout, deadline: as :meth:`subvec.SubprocVectorEnv.recv`
+                (``min_envs=0``: the batch may hold no env).
+            env_ids: wait until every one of these ParallelEnvs is ready and return exactly
+                their rows, env-major in this order (one group of :meth:`env_groups`).
 
         Returns:
             ``(obs, rewards, terminations, truncations, infos)``, ``agents_per_env`` rows per
@@ -567,7 +581,53 @@ class MultiAgentVectorEnv(VectorEnv):
         Raises:
             as :meth:`subvec.SubprocVectorEnv.recv`.
         """
-        return self._async_rows(self.env_vector.recv(min_envs, max_envs, timeout))
+        return self._async_rows(
+            self.env_vector.recv(min_envs, max_envs, timeout, deadline=deadline, env_ids=env_ids)
+        )
+
+    def poll(
+        self, max_envs: int | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """The rows of the ParallelEnvs ready now, without waiting (``recv(min_envs=0)``).
+
+        Args:
+            max_envs: return at most this many ParallelEnvs (default ``batch_size``).
+
+        Returns:
+            As :meth:`recv`; it may hold zero rows (arrays of length 0, shaped and typed as
+            the rows').
+
+        Raises:
+            as :meth:`subvec.SubprocVectorEnv.poll`.
+        """
+        return self._async_rows(self.env_vector.poll(max_envs))
+
+    def env_groups(self, num_groups: int) -> list[list[int]]:
+        """Split the ParallelEnvs into ``num_groups`` stages of whole workers, for a staged
+        loop (``recv(env_ids=group)``, then ``send(actions, group)``, group by group).
+
+        Args:
+            num_groups: how many groups.
+
+        Returns:
+            ``num_groups`` lists of ParallelEnv indices; no worker holds envs of two.
+
+        Raises:
+            ValueError: as :meth:`subvec.SubprocVectorEnv.env_groups`.
+        """
+        return self.env_vector.env_groups(num_groups)
+
+    def async_stats(self, reset: bool = False) -> AsyncStats:
+        """Who waits on whom in the asynchronous loop, counted in ParallelEnvs
+        (:meth:`subvec.SubprocVectorEnv.async_stats`).
+
+        Args:
+            reset: start a new window after reading this one.
+
+        Returns:
+            The window's :class:`AsyncStats` (batch sizes in ParallelEnvs).
+        """
+        return self.env_vector.async_stats(reset=reset)
 
     def drain(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """Wait for every ParallelEnv in flight and return all held results as one

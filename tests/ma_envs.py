@@ -9,6 +9,8 @@ ParallelEnvs' dicts, independently of subvec's adapter (the oracle).
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import numpy as np
@@ -32,11 +34,14 @@ class Comings(ParallelEnv):  # type: ignore[misc]
         return_p: float = 0.3,
         late: int = 1,
         fail_at: int | None = None,
+        gate: str | None = None,
     ) -> None:
         self.possible_agents = [f"a{j}" for j in range(num_agents)]
         self.max_steps = max_steps
         self.leave_p, self.return_p, self.late = leave_p, return_p, late
         self.fail_at = fail_at
+        #: a path: each step waits until that file exists (a test opens the gate)
+        self.gate = gate
         self.agents: list[str] = []
         self.gone: list[str] = []
         self.rng = np.random.default_rng()
@@ -73,6 +78,12 @@ class Comings(ParallelEnv):  # type: ignore[misc]
     def step(self, actions: dict[str, Any]):
         if set(actions) != set(self.agents):
             raise KeyError(f"actions for {sorted(actions)}, agents are {sorted(self.agents)}")
+        if self.gate is not None:
+            waited = 0
+            while not os.path.exists(self.gate):
+                waited += 1
+                assert waited < 30_000, f"gate {self.gate} never opened"
+                time.sleep(0.001)
         self.t += 1
         if self.fail_at is not None and self.t == self.fail_at:
             raise RuntimeError(f"boom at t={self.t}")

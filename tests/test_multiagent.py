@@ -482,6 +482,66 @@ def test_send_recv_by_env_equal_each_envs_serial_loop(mode: AutoresetMode) -> No
         envs.close()
 
 
+@pytest.mark.timeout(90)
+def test_recv_by_group_poll_and_deadline_by_rows(tmp_path: Any) -> None:
+    check_recv_by_group_poll_and_deadline(tmp_path, envs_per_worker=1)
+
+
+def check_recv_by_group_poll_and_deadline(tmp_path: Any, **kwargs: Any) -> None:
+    """recv(env_ids=), poll() and recv(deadline=) return whole ParallelEnvs' rows, each env's
+    equal to its own serial loop; envs whose step waits on a gate file are surely not ready.
+    ``kwargs``: the layout or backend, one ParallelEnv per worker."""
+    from subvec import RecvTimeoutError
+
+    n, a = 4, 8
+    gates = [tmp_path / f"gate{i}" for i in range(n)]
+    fns = [partial(Comings, gate=str(g)) for g in gates]
+    envs = MultiAgentVectorEnv(fns, **kwargs)
+    refs = [SerialRows([Comings()], NEXT) for _ in range(n)]
+    for i, ref in enumerate(refs):
+        ref.reset(seed=4 + i)
+
+    def check(batch: Any, ids: list[int], want: dict[int, tuple[Any, ...]]) -> None:
+        obs, rew, term, trunc, infos = batch
+        assert infos["env_id"].tolist() == np.repeat(ids, a).tolist()
+        for k, i in enumerate(ids):
+            rows = slice(k * a, (k + 1) * a)
+            got = (obs[rows], infos["active"][rows], rew[rows], term[rows], trunc[rows])
+            for name, g, w in zip(("obs", "active", "rew", "term", "trunc"), got, want[i]):
+                np.testing.assert_array_equal(g, w, err_msg=f"env {i} {name}")
+
+    try:
+        assert envs.env_groups(2) == [[0, 1], [2, 3]]
+        envs.async_reset(seed=4)
+        zeros = (np.zeros(a), np.zeros(a, bool), np.zeros(a, bool))
+        want = {i: (ref.obs.copy(), ref.active.copy(), *zeros) for i, ref in enumerate(refs)}
+        check(envs.recv(env_ids=[3, 1]), [3, 1], want)
+        check(envs.recv(env_ids=[0, 2]), [0, 2], want)
+        actions = np.random.default_rng(2).integers(0, 3, n * a)
+        for i, ref in enumerate(refs):
+            r_obs, r_rew, r_term, r_trunc, r_active, _ = ref.step(actions[i * a : (i + 1) * a])
+            want[i] = (r_obs, r_active, r_rew, r_term, r_trunc)
+        envs.send(actions, [0, 1, 2, 3])
+        obs, rew, term, trunc, infos = envs.poll()  # every gate shut: no env, rows shaped
+        assert obs.shape == (0, 4) and obs.dtype == np.float32
+        assert rew.shape == term.shape == trunc.shape == infos["active"].shape == (0,)
+        assert infos["env_id"].shape == (0,)
+        with pytest.raises(RecvTimeoutError):
+            envs.recv(env_ids=[2], timeout=0.2)
+        gates[2].touch()
+        check(envs.recv(env_ids=[2]), [2], want)  # nothing was lost by the timeout
+        for g in gates:
+            g.touch()
+        batch = envs.recv(min_envs=1, max_envs=3, deadline=30.0)
+        ids = batch[4]["env_id"][::a].tolist()
+        assert len(ids) == 3 and sorted(ids) == [0, 1, 3]  # filled to max_envs, not to 1
+        check(batch, ids, want)
+        stats = envs.async_stats()
+        assert stats.batches == 4 and stats.recv_calls == 5 and stats.envs_returned == 8
+    finally:
+        envs.close()
+
+
 @pytest.mark.timeout(60)
 def test_nested_spaces_as_rows() -> None:
     from tests.ma_envs import Nested

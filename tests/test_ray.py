@@ -805,3 +805,11 @@ def test_agents_as_rows_on_ray_actors() -> None:
 
     seen = run_against_oracle(Comings, 4, AutoresetMode.SAME_STEP, 30, backend="ray", num_actors=2)
     assert seen["departed"] > 10 and seen["finals"] == seen["departed"]
+
+
+@pytest.mark.timeout(120)
+def test_agents_as_rows_by_group_poll_and_deadline_on_ray(tmp_path: Path) -> None:
+    pytest.importorskip("pettingzoo")
+    from tests.test_multiagent import check_recv_by_group_poll_and_deadline
+
+    check_recv_by_group_poll_and_deadline(tmp_path, backend="ray", num_actors=4)
