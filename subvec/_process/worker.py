@@ -36,37 +36,31 @@ from typing import Any
 import cloudpickle
 
 from subvec._commands import (
-    CallPayload,
     Command,
     ErrorRecord,
-    ResetOptionsPayload,
-    ResetPayload,
-    SetAttrPayload,
     Status,
-    StepEnvsPayload,
-    UnitReply,
 )
 from subvec._compat import AutoresetMode
 from subvec._infos import InfoBlockWriter, to_columns
 from subvec._process import wire as proto
 from subvec._process.block import bind_rows, slot_writers
 from subvec._process.bootstrap import Lifeline, adopt_registry, tie_to_parent
-from subvec._process.chunks import ChunkAttachment, run_chunk
+from subvec._process.chunks import ChunkAttachment
 from subvec._process.gpus import gpu_environment
+from subvec._process.serve import run_command, unit_reply
 from subvec._process.shm import SharedBlock
 from subvec._process.starts import (
     BuildFailure,
     StartGate,
     build_env,
     maybe_token,
-    reconfigure_slab,
 )
 from subvec._process.threads import cap_environment, cap_loaded_blas, cap_torch
 from subvec._process.topology import Placement, apply_placement
 from subvec._process.wake import MARK_OK, MARK_PIPE, STEP_KIND, Bell
 from subvec._process.wire import AttachSpec, WorkerCounters, WorkerHello
 from subvec._slab import EnvSlab, env_metadata
-from subvec._slab_records import SlabResult
+from subvec._slab_records import ChunkResult, SlabResult
 
 __all__ = ["worker_main"]
 
@@ -179,6 +173,8 @@ def worker_main(
 _STEP, _CLOSE = Command.STEP, Command.CLOSE
 #: the commands that write observations (into the slot the parent picked)
 _WRITES_OBS = (Command.STEP, Command.RESET, Command.STEP_ENVS)
+#: the commands of the worker process itself, not of its envs
+_OWN = (Command.ATTACH, Command.STATS, Command.CLOSE)
 _OK, _OK_PAYLOAD = Status.OK, Status.OK_PAYLOAD
 
 
@@ -384,73 +380,63 @@ class _Server:
         if command is _STEP:  # first: the per-step case (the short form: no payload)
             reply = self._step_reply(slab.step())
             return (Status.OK_PAYLOAD if reply else Status.OK), reply
-        elif command is Command.RESET:
-            reset: ResetPayload = proto.loads(payload)
-            gate, self.first_reset_gate = self.first_reset_gate, None
-            with maybe_token(gate):
-                result = slab.reset(reset.seeds, reset.options, reset.mask, reset.stored)
-        elif command is Command.STEP_ENVS:
-            some = proto.decode_step_envs(payload)
-            if some.is_chunk:
-                return self._chunk(some)
-            result = slab.step(some.envs, some.actions, some.action_dtypes)
-            self.env_steps_some += len(slab.envs) if some.envs is None else len(some.envs)
+        if command in _OWN:
+            return self._own(command, payload)
+        step_envs = command is Command.STEP_ENVS
+        record: Any = None  # SNAPSHOT's: no payload
+        if step_envs:
+            record = proto.decode_step_envs(payload)
+        elif payload:
+            record = proto.loads(payload)
+        views, gate, retries = self._chunk_views, self.gate, self.build_retries
+        if command is Command.RESET and self.first_reset_gate is not None:
+            first, self.first_reset_gate = self.first_reset_gate, None
+            with first.token():  # the first reset holds a start token again
+                result = run_command(slab, command, record, views, gate, retries)
+        else:
+            result = run_command(slab, command, record, views, gate, retries)
+        if isinstance(result, ChunkResult):
+            self.env_steps_some += result.executed
+            return self._chunk_reply(result)
+        if step_envs:
+            self.env_steps_some += len(slab.envs) if record.envs is None else len(record.envs)
             if self.info_block is not None:
                 # Its infos travel in the reply: a flag left by an earlier step must not make
                 # the parent read that step's infos as this one's.
                 self.info_block.put(())
-        elif command is Command.CALL:
-            call: CallPayload = proto.loads(payload)
-            results = slab.call(call.name, call.args, call.kwargs, call.envs, call.function)
-            what = f"the result of {call.name!r}"
-            called = range(len(slab.envs)) if call.envs is None else call.envs
-            return Status.OK_PAYLOAD, self._dump_per_env(results, what, zip(called, results))
-        elif command is Command.SET_ATTR:
-            set_attr: SetAttrPayload = proto.loads(payload)
-            slab.set_attr(set_attr.name, set_attr.values, set_attr.envs)
-            return Status.OK, b""
-        elif command is Command.SET_RESET_OPTIONS:
-            options: ResetOptionsPayload = proto.loads(payload)
-            slab.set_reset_options(options.envs, options.options)
-            return Status.OK, b""
-        elif command is Command.ATTACH:
+        if isinstance(result, SlabResult):
+            if result.is_empty():
+                return Status.OK, b""
+            return Status.OK_PAYLOAD, self._dump_result(result)
+        if command is Command.CALL:
+            called = range(len(slab.envs)) if record.envs is None else record.envs
+            what = f"the result of {record.name!r}"
+            return Status.OK_PAYLOAD, self._dump_per_env(result, what, zip(called, result))
+        if command is Command.SNAPSHOT:
+            return Status.OK_PAYLOAD, self._dump_per_env(result, "the state", enumerate(result))
+        return Status.OK, b""
+
+    def _own(self, command: Command, payload: bytes) -> tuple[Status, bytes]:
+        """The commands of the process, not of its envs: ATTACH, STATS and CLOSE."""
+        if command is Command.ATTACH:
             self.attach(proto.loads(payload))
             return Status.OK, b""
-        elif command is Command.SNAPSHOT:
-            snapshots = slab.snapshot()
-            return Status.OK_PAYLOAD, self._dump_per_env(
-                snapshots, "the state", enumerate(snapshots)
-            )
-        elif command is Command.RESTORE:
-            slab.restore(proto.loads(payload).snapshots)
-            return Status.OK, b""
-        elif command is Command.RECONFIGURE:
-            reconfigure_slab(slab, proto.loads(payload), self.gate, self.build_retries, [])
-            return Status.OK, b""
-        elif command is Command.STATS:
-            env_steps = self.steps * len(slab.envs) + self.env_steps_some
+        if command is Command.STATS:
+            env_steps = self.steps * len(self.slab.envs) + self.env_steps_some
             counters = WorkerCounters(env_steps, self.busy_s, self.waiting_s)
             return Status.OK_PAYLOAD, proto.dumps(counters)
-        elif command is Command.CLOSE:
-            slab.close()
-            return Status.OK, b""
-        else:  # pragma: no cover - Command is exhaustive
-            raise ValueError(f"unknown command {command!r}")
-        if result.is_empty():
-            return Status.OK, b""
-        return Status.OK_PAYLOAD, self._dump_result(result)
+        self.slab.close()  # CLOSE
+        return Status.OK, b""
 
-    def _chunk(self, payload: StepEnvsPayload) -> tuple[Status, bytes]:
-        """An action chunk: K sub-steps of the envs, results in the chunk block; the reply
-        holds the events, the by-value observations and the envs that raised, if any."""
-        assert payload.block is not None
-        views = self.chunks.get(payload.block, self.obs_space, self.act_space)
-        done = run_chunk(self.slab, payload, views)
-        self.env_steps_some += done.executed
-        if done.is_empty():
+    def _chunk_views(self, block: Any) -> Any:
+        return self.chunks.get(block, self.obs_space, self.act_space)
+
+    def _chunk_reply(self, done: ChunkResult) -> tuple[Status, bytes]:
+        """An action chunk's answer (its results are in the chunk block): the events, the
+        by-value observations and the envs that raised, if any."""
+        reply = unit_reply(done, self.slab.first_index)
+        if reply is None:
             return Status.OK, b""
-        errors = done.error_records(self.slab.first_index, "step_chunk")
-        reply = UnitReply(done.infos, done.obs, errors, done.sub_obs)
         items = [(i, info) for i, _, info in done.infos]
         return Status.OK_PAYLOAD, self._dump_per_env(
             reply, "the info", [*items, *(done.obs or ()), *(done.sub_obs or ())]
@@ -499,16 +485,14 @@ class _Server:
         return b"" if result.is_empty() else self._dump_result(result)
 
     def _dump_result(self, result: SlabResult) -> bytes:
-        """A reply's ``UnitReply``: the infos (as columns when the parent merges them so),
-        the by-value observations, and the envs that raised as ErrorRecords."""
-        errors = result.error_records(self.slab.first_index)
+        """A reply's ``UnitReply`` (:func:`unit_reply`), its infos as columns when the parent
+        merges them so."""
+        reply = unit_reply(result, self.slab.first_index)
+        assert reply is not None  # the caller answers an empty result with a plain OK
         events = result.infos
-        infos: Any = (to_columns(events) or events) if self.info_columns and events else events
-        return self._dump_per_env(
-            UnitReply(infos, result.obs, errors),
-            "the info",
-            [*events, *(result.obs or ())],
-        )
+        if self.info_columns and events:
+            reply = reply._replace(infos=to_columns(events) or events)
+        return self._dump_per_env(reply, "the info", [*events, *(result.obs or ())])
 
     def attach(self, spec: AttachSpec) -> None:
         block = SharedBlock.attach(spec.block_name, spec.layout)
