@@ -166,14 +166,19 @@ def run_async(loop: Loop) -> None:
 
     a = loop.args
     os.environ.update(SIM.WORKER_ENV)  # inherited by AsyncVectorEnv's workers
-    envs = gym.vector.AsyncVectorEnv(loop.fns(loop.task(0)), shared_memory=False)
+    context = getattr(SIM, "START_METHOD", None)  # None: the platform's default (fork)
+
+    def build(task: str) -> Any:
+        return gym.vector.AsyncVectorEnv(loop.fns(task), shared_memory=False, context=context)
+
+    envs = build(loop.task(0))
     loop.built()
     try:
         for r in range(a.rollouts):
             if loop.swaps(r):  # a task change rebuilds the whole vector env
                 t = time.perf_counter()
                 envs.close()
-                envs = gym.vector.AsyncVectorEnv(loop.fns(loop.task(r)), shared_memory=False)
+                envs = build(loop.task(r))
                 loop.spent["swap"] += time.perf_counter() - t
             t = time.perf_counter()
             envs.set_attr("init_state", loop.init)
@@ -232,7 +237,7 @@ class EnvManager:
     each, a ``__getattr__`` proxy broadcasting a method to every env."""
 
     def __init__(self, fns: list[Callable[[], Any]]) -> None:
-        ctx = mp.get_context("fork")
+        ctx = mp.get_context(getattr(SIM, "START_METHOD", "fork"))
         self.commands = [ctx.Queue() for _ in fns]
         self.results = [ctx.Queue() for _ in fns]
         self.procs = [

@@ -16,7 +16,7 @@ truncated after ``max_steps``. ``get_state``/``set_state``: the simulator's flat
 and the step count, what ``suspend()``/``resume()`` keep of an episode.
 
 The module offers what ``bench_vla.py`` reads of a simulator: ``TASKS``, ``WORKER_ENV``,
-``STATE_DIM``, ``make_task`` and ``policy``.
+``STATE_DIM``, ``START_METHOD``, ``make_task`` and ``policy``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ SUITE = "libero_spatial"
 TASKS = {"task0": 0, "task1": 1}
 #: robosuite renders through EGL in every worker (Mesa's llvmpipe on a CPU: one thread each)
 WORKER_ENV = {"MUJOCO_GL": "egl", "LP_NUM_THREADS": "1", "PYOPENGL_PLATFORM": "egl"}
+#: how the baselines start their worker processes. A LIBERO env made in a process holds an
+#: EGL context that a forked child inherits and hangs on: gymnasium's AsyncVectorEnv builds
+#: one env in the parent (for the spaces), so with the default fork context its construction
+#: hangs without a word (seen here for 150 s), and so does a forked env manager started after
+#: it. The stacks start their workers with spawn or forkserver; so do the baselines here.
+START_METHOD = "forkserver"
 STATE_DIM = 8
 ACTION_DIM = 7
 #: no-op steps after an initial state is set, for the objects to come to rest
