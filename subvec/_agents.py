@@ -37,6 +37,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
 
+from subvec._spaces import filled, walk
+
 __all__ = ["AgentRows", "AgentRowsFactory", "agent_spaces"]
 
 #: A per-agent space the rows can hold: arrays of one fixed shape, in the shared block.
@@ -44,15 +46,12 @@ _ROW_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBi
 
 
 def _check_row_space(space: spaces.Space[Any], what: str) -> None:
-    if isinstance(space, spaces.Dict | spaces.Tuple):
-        for sub in space.spaces.values() if isinstance(space, spaces.Dict) else space.spaces:
-            _check_row_space(sub, what)
-        return
-    if not isinstance(space, _ROW_SPACES):
-        raise TypeError(
-            f"{what} is {space!r}; agents as rows need fixed-shape spaces (Box, Discrete, "
-            "MultiDiscrete, MultiBinary, or Dict/Tuple nests of them)"
-        )
+    for _, leaf in walk(space):
+        if not isinstance(leaf, _ROW_SPACES):
+            raise TypeError(
+                f"{what} is {space!r}; agents as rows need fixed-shape spaces (Box, Discrete, "
+                "MultiDiscrete, MultiBinary, or Dict/Tuple nests of them)"
+            )
 
 
 def agent_spaces(par_env: Any) -> tuple[list[str], spaces.Space[Any], spaces.Space[Any]]:
@@ -90,16 +89,6 @@ def agent_spaces(par_env: Any) -> tuple[list[str], spaces.Space[Any], spaces.Spa
     return agents, obs_space, act_space
 
 
-def _padding(space: spaces.Space[Any], pad_value: float) -> Any:
-    """One agent's padding observation: every leaf filled with ``pad_value``."""
-    if isinstance(space, spaces.Dict):
-        return {k: _padding(s, pad_value) for k, s in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(_padding(s, pad_value) for s in space.spaces)
-    assert space.shape is not None and space.dtype is not None
-    return np.full(space.shape, pad_value, dtype=space.dtype)
-
-
 def _write_row(dst: Any, j: int, value: Any) -> None:
     """``dst[j] = value`` over a nest of arrays (Dict/Tuple of stacked leaves)."""
     if isinstance(dst, dict):
@@ -110,15 +99,6 @@ def _write_row(dst: Any, j: int, value: Any) -> None:
             _write_row(sub, j, v)
     else:
         dst[j] = value
-
-
-def _empty_nest(space: spaces.Space[Any], rows: int) -> Any:
-    if isinstance(space, spaces.Dict):
-        return {k: _empty_nest(s, rows) for k, s in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(_empty_nest(s, rows) for s in space.spaces)
-    assert space.shape is not None and space.dtype is not None
-    return np.zeros((rows, *space.shape), dtype=space.dtype)
 
 
 class AgentRows(gym.Env[dict[str, Any], Any]):
@@ -155,7 +135,7 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
         self.action_space = batch_space(self.agent_action_space, n)
         self.metadata = dict(getattr(par_env, "metadata", {}) or {})
         self.render_mode = getattr(par_env, "render_mode", None)
-        self._pad = _padding(self.agent_observation_space, pad_value)
+        self._pad = filled(self.agent_observation_space, (), pad_value)
         nested = (spaces.Dict, spaces.Tuple)
         self._plain_obs = not isinstance(self.agent_observation_space, nested)
         self._plain_act = not isinstance(self.agent_action_space, nested)
@@ -183,7 +163,7 @@ class AgentRows(gym.Env[dict[str, Any], Any]):
                 stacked[j] = value
                 active[j] = True
         else:
-            stacked = _empty_nest(self.agent_observation_space, n)
+            stacked = filled(self.agent_observation_space, (n,), 0)
             for agent, value in obs.items():
                 j = index.get(agent)
                 if j is None:

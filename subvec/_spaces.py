@@ -37,6 +37,7 @@ __all__ = [
     "batch_setter",
     "build_views",
     "check_batch_layout",
+    "filled",
     "fixed_leaves",
     "flatten_actions",
     "is_shareable",
@@ -78,6 +79,26 @@ def walk(space: spaces.Space[Any], path: Path = ()) -> Iterator[tuple[Path, spac
             yield from walk(sub, (*path, i))
     else:
         yield path, space
+
+
+def leaf_values(space: spaces.Space[Any], value: Any) -> Iterator[Any]:
+    """The leaves of one ``value`` of ``space``, in :func:`walk` order (``value[key]`` down a
+    Dict, ``value[i]`` down a Tuple)."""
+    for path, _ in walk(space):
+        leaf = value
+        for key in path:
+            leaf = leaf[key]
+        yield leaf
+
+
+def filled(space: spaces.Space[Any], rows: tuple[int, ...], fill: float) -> Any:
+    """A nest of ``space``'s fixed-size leaves, each ``(*rows, *leaf.shape)`` of its dtype and
+    filled with ``fill`` (``rows=()``: one value of the space)."""
+    leaves = []
+    for _, leaf in walk(space):
+        assert leaf.shape is not None and leaf.dtype is not None
+        leaves.append(np.full((*rows, *leaf.shape), fill, dtype=leaf.dtype))
+    return build_views(space, iter(leaves))
 
 
 @singledispatch

@@ -50,6 +50,7 @@ from subvec._front.merge import _add_info_legacy, _legacy_events, _Rows, merge_c
 from subvec._front.setup import check_info_format
 from subvec._infos import merge_scalar_events
 from subvec._seeding import SeedArg
+from subvec._spaces import build_views
 from subvec.factory import VECTOR_KWARGS, backend_kwargs, check_kwargs
 
 __all__ = ["MULTIAGENT_KWARGS", "MultiAgentVectorEnv"]
@@ -257,7 +258,7 @@ class MultiAgentVectorEnv(VectorEnv):
                     f"({n} envs x {a} agents), got {got}"
                 )
             out[where] = leaf.reshape(n, a, *shape[1:])
-        return _rebuild(self.single_action_space, out)
+        return build_views(self.single_action_space, iter(out.values()))
 
     def _env_chunks(self, actions: Any, envs: int | None = None) -> Any:
         """Row chunks ``(n * A, K, ...)`` as the envs' ``(n, K, A, ...)`` (copies), checked
@@ -280,7 +281,7 @@ class MultiAgentVectorEnv(VectorEnv):
             chunk = int(leaf.shape[1])
             per_env = leaf.reshape(n, a, chunk, *leaf.shape[2:])
             out[where] = np.ascontiguousarray(per_env.swapaxes(1, 2))
-        return _rebuild(self.single_action_space, out)
+        return build_views(self.single_action_space, iter(out.values()))
 
     def _env_mask(self, mask: Any) -> np.ndarray:
         """A rows' reset mask as the envs': an env resets when one of its rows is selected;
@@ -761,12 +762,3 @@ class MultiAgentVectorEnv(VectorEnv):
             f"MultiAgentVectorEnv({self.num_parallel_envs} envs x {self.agents_per_env} agents"
             f" = {self.num_envs} rows, {self.env_vector!r})"
         )
-
-
-def _rebuild(space: spaces.Space[Any], leaves: dict[str, Any], path: str = "") -> Any:
-    """The nest of ``space`` from its leaves keyed as ``_leaf_pairs`` names them."""
-    if isinstance(space, spaces.Dict):
-        return {k: _rebuild(s, leaves, f"{path}[{k!r}]") for k, s in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(_rebuild(s, leaves, f"{path}[{k}]") for k, s in enumerate(space.spaces))
-    return leaves[path]

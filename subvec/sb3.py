@@ -27,7 +27,7 @@ This module imports Stable-Baselines3 (and so torch); ``import subvec`` never im
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
@@ -46,7 +46,7 @@ from subvec._commands import PerEnv
 from subvec._compat import AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._sb3_ops import Op, SB3EnvFactory, class_path, run_op
-from subvec._spaces import LeafSpec, build_views, is_shareable, leaf_specs
+from subvec._spaces import LeafSpec, build_views, is_shareable, leaf_specs, leaf_values
 from subvec.factory import VECTOR_KWARGS, backend_kwargs, check_kwargs
 from subvec.vector import SubprocVectorEnv
 
@@ -227,7 +227,7 @@ class SubprocVecEnv(VecEnv):
         for action in per_env:
             if not _plain_nest(space, action):
                 return None
-            for column, spec, value in zip(columns, leaves, _leaf_values(space, action)):
+            for column, spec, value in zip(columns, leaves, leaf_values(space, action)):
                 if spec.shape:
                     exact = type(value) is np.ndarray and value.dtype == spec.dtype
                 else:
@@ -411,18 +411,6 @@ def _plain_nest(space: spaces.Space[Any], action: Any) -> bool:
             _plain_nest(sub, item) for sub, item in zip(space.spaces, action)
         )
     return True
-
-
-def _leaf_values(space: spaces.Space[Any], action: Any) -> Iterator[Any]:
-    """One env's action's leaves, in ``leaf_specs`` order."""
-    if isinstance(space, spaces.Dict):
-        for key, sub in space.spaces.items():
-            yield from _leaf_values(sub, action[key])
-    elif isinstance(space, spaces.Tuple):
-        for i, sub in enumerate(space.spaces):
-            yield from _leaf_values(sub, action[i])
-    else:
-        yield action
 
 
 def make_vec_env(
