@@ -42,10 +42,12 @@ __all__ = [
     "flatten_actions",
     "is_shareable",
     "leaf_specs",
+    "leaf_values",
     "path_text",
     "row_reader",
     "row_writer",
     "tensor_as_array",
+    "walk",
     "without_tensors",
 ]
 

@@ -245,7 +245,7 @@ class MultiAgentVectorEnv(VectorEnv):
         (``n``: every env, or ``envs`` of them)."""
         n, a = self.num_parallel_envs if envs is None else envs, self.agents_per_env
         rows = n * a
-        out: dict[str, Any] = {}
+        out: list[Any] = []  # the leaves, in the walk order build_views takes
         for where, leaf in _leaf_pairs(self.single_action_space, actions):
             shape = getattr(leaf, "shape", None)
             if shape is None:
@@ -257,15 +257,15 @@ class MultiAgentVectorEnv(VectorEnv):
                     f"actions{where}: expected one row per agent, {rows} rows "
                     f"({n} envs x {a} agents), got {got}"
                 )
-            out[where] = leaf.reshape(n, a, *shape[1:])
-        return build_views(self.single_action_space, iter(out.values()))
+            out.append(leaf.reshape(n, a, *shape[1:]))
+        return build_views(self.single_action_space, iter(out))
 
     def _env_chunks(self, actions: Any, envs: int | None = None) -> Any:
         """Row chunks ``(n * A, K, ...)`` as the envs' ``(n, K, A, ...)`` (copies), checked
         (``n``: every env, or ``envs`` of them)."""
         n, a = self.num_parallel_envs if envs is None else envs, self.agents_per_env
         rows = n * a
-        out: dict[str, Any] = {}
+        out: list[Any] = []  # the leaves, in the walk order build_views takes
         chunk: int | None = None
         for where, leaf in _leaf_pairs(self.single_action_space, actions):
             leaf = np.asarray(leaf)
@@ -280,8 +280,8 @@ class MultiAgentVectorEnv(VectorEnv):
                 )
             chunk = int(leaf.shape[1])
             per_env = leaf.reshape(n, a, chunk, *leaf.shape[2:])
-            out[where] = np.ascontiguousarray(per_env.swapaxes(1, 2))
-        return build_views(self.single_action_space, iter(out.values()))
+            out.append(np.ascontiguousarray(per_env.swapaxes(1, 2)))
+        return build_views(self.single_action_space, iter(out))
 
     def _env_mask(self, mask: Any) -> np.ndarray:
         """A rows' reset mask as the envs': an env resets when one of its rows is selected;

@@ -20,7 +20,7 @@ from subvec._commands import Command, ErrorRecord, Status, rebuild_remote_error
 from subvec._compat import AutoresetMode
 from subvec._process.block import bind_rows
 from subvec._process.chunks import ChunkAttachment, ChunkViews
-from subvec._process.serve import run_command, unit_reply
+from subvec._process.serve import PROCESS_COMMANDS, run_command, unit_reply
 from subvec._process.starts import build_env
 from subvec._process.wire import AttachSpec
 from subvec._slab import EnvSlab, close_quietly
@@ -129,7 +129,7 @@ class LocalShare:
         if per_unit is not None:
             payload = per_unit(self)
         self._command = command
-        if command in (Command.ATTACH, Command.STATS, Command.CLOSE):
+        if command in PROCESS_COMMANDS:
             raise ValueError(f"the parent's own envs take no {command.name} command")
         self._pending = lambda: run_command(
             self.slab, command, payload, self._chunk_views, None, self.build_retries

@@ -18,7 +18,10 @@ from subvec._process.starts import StartGate, reconfigure_slab
 from subvec._slab import EnvSlab
 from subvec._slab_records import ChunkResult, SlabResult
 
-__all__ = ["run_command", "unit_reply"]
+__all__ = ["PROCESS_COMMANDS", "run_command", "unit_reply"]
+
+#: the commands of a unit itself, not of its envs: :func:`run_command` takes none of them
+PROCESS_COMMANDS = (Command.ATTACH, Command.STATS, Command.CLOSE)
 
 
 def run_command(
@@ -33,7 +36,7 @@ def run_command(
 
     Args:
         slab: the envs.
-        command: any env command (not ATTACH, STATS or CLOSE: those are the process's own).
+        command: any env command (not one of :data:`PROCESS_COMMANDS`).
         payload: the command's payload record (``subvec._commands``).
         chunk_views: the chunk block's views for an action chunk's ``payload.block``.
         gate: the start tokens a reconfigure's builds hold (None: none).

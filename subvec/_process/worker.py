@@ -47,7 +47,7 @@ from subvec._process.block import bind_rows, slot_writers
 from subvec._process.bootstrap import Lifeline, adopt_registry, tie_to_parent
 from subvec._process.chunks import ChunkAttachment
 from subvec._process.gpus import gpu_environment
-from subvec._process.serve import run_command, unit_reply
+from subvec._process.serve import PROCESS_COMMANDS, run_command, unit_reply
 from subvec._process.shm import SharedBlock
 from subvec._process.starts import (
     BuildFailure,
@@ -173,8 +173,6 @@ def worker_main(
 _STEP, _CLOSE = Command.STEP, Command.CLOSE
 #: the commands that write observations (into the slot the parent picked)
 _WRITES_OBS = (Command.STEP, Command.RESET, Command.STEP_ENVS)
-#: the commands of the worker process itself, not of its envs
-_OWN = (Command.ATTACH, Command.STATS, Command.CLOSE)
 _OK, _OK_PAYLOAD = Status.OK, Status.OK_PAYLOAD
 
 
@@ -380,7 +378,7 @@ class _Server:
         if command is _STEP:  # first: the per-step case (the short form: no payload)
             reply = self._step_reply(slab.step())
             return (Status.OK_PAYLOAD if reply else Status.OK), reply
-        if command in _OWN:
+        if command in PROCESS_COMMANDS:
             return self._own(command, payload)
         step_envs = command is Command.STEP_ENVS
         record: Any = None  # SNAPSHOT's: no payload
