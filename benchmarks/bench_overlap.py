@@ -333,7 +333,8 @@ def _child(cfg: dict[str, Any]) -> None:
 
 
 def _run(cfg: dict[str, Any]) -> dict[str, float] | str:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, __file__, "--child", json.dumps(cfg)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)

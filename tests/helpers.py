@@ -1,8 +1,10 @@
-"""Helpers shared by the test modules: comparisons, and bounded waits on processes."""
+"""Helpers shared by the test modules: comparisons, bounded waits on processes, and the
+environment of a child interpreter."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -11,6 +13,18 @@ from typing import Any
 
 import numpy as np
 import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment with the checkout first on ``PYTHONPATH`` (and ``extra``
+    set): a child interpreter imports this checkout's subvec and tests package, and keeps
+    whatever this one reaches through ``PYTHONPATH`` (dependencies installed that way)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env.update(extra)
+    return env
 
 
 def load_script(name: str, path: Path) -> ModuleType:

@@ -5,7 +5,6 @@ It checks what the files hold, not any speed."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.helpers import load_script
+from tests.helpers import child_env, load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "bench_async.py"
@@ -46,8 +45,7 @@ def _load() -> ModuleType:
 @pytest.mark.timeout(300)
 def test_quick_mode_writes_every_row(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env = child_env()
     cmd = [sys.executable, str(SCRIPT), "--quick", "--out-dir", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -151,7 +149,7 @@ def test_the_batch_forming_benchmark_quick_mode_writes_every_row(tmp_path: Path)
         "--out",
         str(out),
     ]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = child_env()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(line) for line in out.read_text().splitlines()]

@@ -4,12 +4,13 @@ promises (no speed is checked)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import child_env
 
 pytest.importorskip("pettingzoo")
 
@@ -19,8 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 def test_quick_run_writes_the_table_and_raw_values(tmp_path: Path) -> None:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env = child_env()
     script = ROOT / "benchmarks" / "bench_multiagent.py"
     cmd = [sys.executable, str(script), "--quick", "--out-dir", str(tmp_path)]
     bad = subprocess.run(

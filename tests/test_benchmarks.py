@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,17 +17,14 @@ from typing import Any
 import pytest
 
 from subvec import _bench, cli
-from tests.helpers import load_script
+from tests.helpers import child_env, load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "bench_vector.py"
 
 
 def _env() -> dict[str, str]:
-    # The children must import this checkout's subvec, whatever is installed.
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
+    return child_env()
 
 
 def _load_suite() -> ModuleType:

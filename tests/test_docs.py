@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -10,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +34,7 @@ def test_a_quick_start_runs_as_written(page: str, index: int) -> None:
     code = python_blocks(ROOT / page)[index]
     for module in re.findall(r"^(?:from|import) (\w+)", code, flags=re.M):
         pytest.importorskip(module)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    env = child_env(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env

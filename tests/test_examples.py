@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,9 +92,7 @@ def test_example_runs(script: str, args: list[str], needs: list[str], expect: st
     missing = [m for m in needs if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"{script} needs {', '.join(missing)}")
-    env = dict(os.environ)
-    # The examples import this checkout's subvec whether or not it is installed.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env = child_env()  # the examples import this checkout's subvec, installed or not
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script), *args],
         cwd=ROOT,

@@ -56,7 +56,7 @@ from tests.failure_checks import (
     check_lost_unit_is_restarted,
     check_lost_unit_raises_and_reset_rebuilds_it,
 )
-from tests.helpers import assert_same, gone, wait_until
+from tests.helpers import assert_same, child_env, gone, wait_until
 from tests.oracle import require_offered
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1030,7 +1030,7 @@ def test_parent_env_errors_look_like_worker_env_errors() -> None:
 def _interrupted(step_seconds: float, then: str) -> dict[str, Any]:
     """tests/scripts/interrupted.py in its own session, so that its Ctrl-C (SIGINT to its
     process group, as a terminal sends it) reaches only it and its workers."""
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    env = child_env()
     script = Path(__file__).resolve().parent / "scripts" / "interrupted.py"
     proc = subprocess.run(
         [sys.executable, str(script), str(step_seconds), then],

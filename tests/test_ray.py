@@ -58,7 +58,7 @@ from tests.failure_checks import (  # noqa: E402
     check_lost_unit_is_restarted,
     check_lost_unit_raises_and_reset_rebuilds_it,
 )
-from tests.helpers import assert_same  # noqa: E402
+from tests.helpers import assert_same, child_env  # noqa: E402
 from tests.oracle import DEFAULT_MODE, offered_modes  # noqa: E402
 from tests.test_async import _expected, check_batches_by, check_trajectories  # noqa: E402
 from tests.test_chunks import BOX_ACT  # noqa: E402
@@ -468,7 +468,7 @@ def test_envs_never_closed_are_released_when_collected_and_at_interpreter_exit()
     proc = subprocess.run(
         [sys.executable, "-m", "tests.scripts.ray_dropped", address],
         cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=100,

@@ -15,16 +15,14 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import child_env
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
 def _env(**extra: str) -> dict[str, str]:
-    # The scripts import this checkout's subvec and tests package, whatever is installed.
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.update(extra)
-    return env
+    return child_env(**extra)
 
 
 def _run(script: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ from subvec._process.topology import (
     plan_placement,
     usable_cpus,
 )
+from tests.helpers import child_env
 
 HAVE_CPUS_0_1 = {0, 1} <= os.sched_getaffinity(0)
 needs_cpus_0_1 = pytest.mark.skipif(not HAVE_CPUS_0_1, reason="needs CPUs 0 and 1 allowed")
@@ -577,7 +578,7 @@ def test_cli_topology_bad_workers(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.timeout(60)
 def test_python_m_subvec_topology() -> None:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = child_env()
     done = subprocess.run(
         [sys.executable, "-m", "subvec", "topology", "--workers", "4"],
         capture_output=True,

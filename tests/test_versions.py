@@ -6,7 +6,6 @@ warning about forking a multi-threaded process."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,15 +23,14 @@ from subvec._compat import (
     gym_version,
 )
 from tests.envs import ZooEnv
-from tests.helpers import assert_same
+from tests.helpers import assert_same, child_env
 from tests.oracle import require_oracle, sync_vector_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(code_or_script: list[str], hash_seed: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = child_env(PYTHONHASHSEED=hash_seed)
     proc = subprocess.run(
         [sys.executable, *code_or_script],
         cwd=ROOT,
