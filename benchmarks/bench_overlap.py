@@ -142,8 +142,9 @@ def _busy_env(work_s: float) -> Any:
             return np.zeros(4, np.float32), {}
 
         def step(self, action: int) -> Any:
-            end = time.perf_counter() + work_s
-            while time.perf_counter() < end:
+            # CPU time, not wall time: workers that share a CPU take longer, as a simulator does
+            end = time.thread_time() + work_s
+            while time.thread_time() < end:
                 pass
             return np.zeros(4, np.float32), 1.0, False, False, {}
 

@@ -60,6 +60,7 @@ from subvec._process.plan import (
 from subvec._process.pool import WorkerPool
 from subvec._process.pool_workers import PoolResources, release
 from subvec._process.shm import BlockLayout, SharedBlock
+from subvec._process.slice import DEFAULT_SLICE_US, ParentSlice, check_slice
 from subvec._process.starts import BuildFailure, check_build_retries, check_max_concurrent_starts
 from subvec._process.stats import WorkerStats, process_rss, worker_stats
 from subvec._process.threads import check_threads
@@ -188,6 +189,12 @@ class SubprocVectorEnv(VectorFront):
             gymnasium's RecordEpisodeStatistics counts each episode once) and the info
             ``frozen`` True (a chunk: at sub-step 0, with ``chunk_steps`` 0); a masked
             ``reset(options={"reset_mask": mask})`` starts its next episode.
+        parent_slice_us: the scheduler slice, in microseconds, the thread that builds the
+            vector env asks the kernel for (Linux 6.12 and later; 100 to 100,000; None: leave
+            it). Default 100: woken while the workers hold every CPU, the parent runs at once
+            instead of after a worker's slice; its CPU share is unchanged. The workers keep
+            the kernel's default. ``close()`` gives the thread the default back (decision
+            0062; ``parent_slice`` says what the kernel took).
 
     Raises:
         NotImplementedError: the platform cannot run the workers (Windows; see
@@ -230,9 +237,11 @@ class SubprocVectorEnv(VectorFront):
         build_retries: int = 0,
         freeze: bool = False,
         start: str = "now",
+        parent_slice_us: int | None = DEFAULT_SLICE_US,
     ) -> None:
         super().__init__()
         check_platform()
+        parent_slice_us = check_slice(parent_slice_us)
         if worker is not None:
             raise ValueError(
                 f"worker={worker!r} is not supported: a subvec worker process runs several "
@@ -362,6 +371,11 @@ class SubprocVectorEnv(VectorFront):
         )
         if recycling is not None:
             self._start_recycling(recycling, rss_of=lambda unit: process_rss(unit.pid))
+        # After the workers and the fork server started: they keep the kernel's default.
+        self._slice = ParentSlice(parent_slice_us)
+        weakref.finalize(self, self._slice.release)  # also when never closed
+        #: the slice (us) the kernel gave the building thread, None where none was taken
+        self.parent_slice = self._slice.us
 
     # --- construction ------------------------------------------------------------------------
 
@@ -548,6 +562,8 @@ class SubprocVectorEnv(VectorFront):
     def _released(self) -> None:
         self._local = None
         self._finalizer()
+        if "_slice" in self.__dict__:
+            self._slice.release()
 
     @property
     def placement(self) -> tuple[PlacementReport, ...]:

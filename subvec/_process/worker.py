@@ -49,6 +49,7 @@ from subvec._process.chunks import ChunkAttachment
 from subvec._process.gpus import gpu_environment
 from subvec._process.serve import PROCESS_COMMANDS, run_command, unit_reply
 from subvec._process.shm import SharedBlock
+from subvec._process.slice import set_thread_slice
 from subvec._process.starts import (
     BuildFailure,
     StartGate,
@@ -112,6 +113,7 @@ def worker_main(
             pass  # already closed: nothing of ours to release
     tie_to_parent(lifeline)
     _watch_parent()
+    set_thread_slice(None)  # the parent's short slice, where inherited, is the parent's alone
     report = replace(
         apply_placement(placement),
         gpu=None if gpu is None else gpu.index,
