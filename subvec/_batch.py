@@ -6,8 +6,8 @@ observation batch and the action store. The process backend binds them to its sh
 plain arrays its actors' answers are copied into. Observation slots (:class:`ObsSlots`) are
 batches handed to the caller as views, picked by who still holds them. An action chunk's
 per-sub-step arrays come from the backend too (:class:`ChunkBlock`, made by a
-:class:`ChunkRooms`; Ray's are :class:`PlainChunkRooms`, the process backend's a
-shared-memory segment, ``_process.chunks.BlockRooms``).
+:class:`ChunkStore`; Ray's are :class:`PlainChunkStore`, the process backend's a
+shared-memory segment, ``_process.chunks.SharedChunkStore``).
 
 Nothing here knows how the arrays are shared: the front imports this module, never the
 process backend's.
@@ -30,10 +30,10 @@ from subvec._infos import InfoBlockReader
 __all__ = [
     "BatchViews",
     "ChunkBlock",
-    "ChunkRooms",
+    "ChunkStore",
     "ObsSlots",
     "PlainChunkBlock",
-    "PlainChunkRooms",
+    "PlainChunkStore",
 ]
 
 
@@ -164,11 +164,11 @@ class ChunkBlock(Protocol):
         ...
 
 
-class ChunkRooms(Protocol):
+class ChunkStore(Protocol):
     """Where a backend keeps a chunk's arrays: made on the first chunk, replaced by a larger
     one when a chunk needs more room; the backend owns and releases them."""
 
-    def room(self, chunk: int, all_obs: bool) -> ChunkBlock:
+    def block_for(self, chunk: int, all_obs: bool) -> ChunkBlock:
         """The arrays for a chunk of ``chunk`` sub-steps (with ``all_obs``, every sub-step's
         observation where the backend keeps them)."""
         ...
@@ -207,15 +207,15 @@ class PlainChunkBlock:
         raise ValueError("a chunk's actions travel in its commands here: there are no rows")
 
 
-class PlainChunkRooms:
-    """:class:`ChunkRooms` of :class:`PlainChunkBlock`: replaced by a larger one when a chunk
+class PlainChunkStore:
+    """:class:`ChunkStore` of :class:`PlainChunkBlock`: replaced by a larger one when a chunk
     needs more sub-steps than the last held."""
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
         self.current: PlainChunkBlock | None = None
 
-    def room(self, chunk: int, all_obs: bool) -> PlainChunkBlock:
+    def block_for(self, chunk: int, all_obs: bool) -> PlainChunkBlock:
         current = self.current
         if current is None or current.spec.capacity < chunk:
             current = self.current = PlainChunkBlock(self.num_envs, chunk)

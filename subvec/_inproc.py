@@ -23,7 +23,7 @@ from subvec._compat import DEFAULT_INFO_FORMAT, AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._front.setup import Hello, ObservationMode, TimeoutArg
 from subvec._process.block import bind_batch, plan_block
-from subvec._process.chunks import BlockRooms
+from subvec._process.chunks import SharedChunkStore
 from subvec._process.local import LocalShare
 from subvec._process.shm import BlockLayout, layout_views
 from subvec._process.starts import check_build_retries
@@ -107,7 +107,7 @@ class InProcessVectorEnv(VectorFront):
             self._start([local], bind_batch(views, plan, spec), plan.final_obs)
             # Action chunks' arrays in this process's memory too, handed to the envs' unit
             self._start_chunks(
-                BlockRooms(
+                SharedChunkStore(
                     self.num_envs,
                     obs_space if self._obs_shared else None,
                     act_space,

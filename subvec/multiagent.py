@@ -34,7 +34,6 @@ This module imports neither PettingZoo nor SuperSuit; ``import subvec`` does not
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,13 +41,13 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from subvec._agent_infos import RowInfos, leaf_map
 from subvec._agents import AgentRowsFactory
 from subvec._compat import AutoresetMode
 from subvec._front.async_stats import AsyncStats
 from subvec._front.front import VectorFront
-from subvec._front.merge import _add_info_legacy, _legacy_events, _Rows, merge_chunk_infos
+from subvec._front.merge import merge_chunk_infos
 from subvec._front.setup import check_info_format
-from subvec._infos import merge_scalar_events
 from subvec._seeding import SeedArg
 from subvec._spaces import build_views
 from subvec.factory import VECTOR_KWARGS, backend_kwargs, check_kwargs
@@ -65,18 +64,6 @@ _FIXED = {
 MULTIAGENT_KWARGS: tuple[str, ...] = tuple(
     k for k in VECTOR_KWARGS if k not in _FIXED and k not in ("autoreset_mode", "copy")
 )
-
-
-def _leaf_map(fn: Callable[[np.ndarray], Any], nest: Any) -> Any:
-    if isinstance(nest, dict):
-        return {k: _leaf_map(fn, v) for k, v in nest.items()}
-    if isinstance(nest, tuple):
-        return tuple(_leaf_map(fn, v) for v in nest)
-    return fn(nest)
-
-
-def _row_of(leaf: np.ndarray, row: int, copy: bool = False) -> Any:
-    return leaf[row].copy() if copy else leaf[row]
 
 
 def _leaf_pairs(space: spaces.Space[Any], nest: Any, path: str = "") -> Iterable[tuple[str, Any]]:
@@ -226,14 +213,14 @@ class MultiAgentVectorEnv(VectorEnv):
         self.single_action_space = act_spaces[0]
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self._add_row_info = _Rows(self.num_envs)._add_info
+        self._infos = RowInfos(self.possible_agents, self.info_format, self.num_envs)
 
     # ---- rows ---------------------------------------------------------------------------
 
     def _flat(self, nest: Any, rows: int | None = None) -> Any:
         """``(n, A, ...)`` leaves as ``(n * A, ...)`` rows (views)."""
         rows = self.num_envs if rows is None else rows
-        return _leaf_map(lambda a: a.reshape(rows, *a.shape[2:]), nest)
+        return leaf_map(lambda a: a.reshape(rows, *a.shape[2:]), nest)
 
     def env_and_agent(self, row: int) -> tuple[int, str]:
         """The ParallelEnv index and agent of ``row``."""
@@ -338,8 +325,8 @@ class MultiAgentVectorEnv(VectorEnv):
         else:
             self.ended_envs = self.ended_envs & ~env_mask
         active = self._flat(obs["active"])
-        events = self._agent_events(env_infos, None if env_mask is None else env_mask)
-        return self._flat(obs["obs"]), self._merge(events, active)
+        events = self._infos.events(env_infos, None if env_mask is None else env_mask)
+        return self._flat(obs["obs"]), self._infos.merge(events, active)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """Step every ParallelEnv with its rows of ``actions`` (padded rows' are ignored).
@@ -366,7 +353,7 @@ class MultiAgentVectorEnv(VectorEnv):
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """A step's rows out of the adapters' batch (every env, or those of ``env_ids``)."""
         row_obs, rewards, terms, truncs, active, events = self._row_step(obs, env_infos)
-        infos = self._merge(events, active, len(active))
+        infos = self._infos.merge(events, active, len(active))
         if env_ids is not None:
             self._name_envs(infos, env_ids)
         return row_obs, rewards, terms, truncs, infos
@@ -395,13 +382,13 @@ class MultiAgentVectorEnv(VectorEnv):
         truncs = fresh(obs["truncated"].reshape(rows))
         active = obs["active"].reshape(rows)
         row_obs = self._flat(obs["obs"], rows)
-        events = self._agent_events(env_infos, None)
+        events = self._infos.events(env_infos, None)
         a = self.agents_per_env
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             finals = [i for i, info in enumerate(env_infos) if "final_obs" in info]
             if finals or terms.any() or truncs.any():
                 rewards, terms, truncs = rewards.copy(), terms.copy(), truncs.copy()
-                events = self._same_step_finals(
+                events = self._infos.same_step_finals(
                     finals, env_infos, row_obs, rewards, terms, truncs, events
                 )
         restarted = [i for i, info in enumerate(env_infos) if info.get("worker_restarted")]
@@ -462,7 +449,7 @@ class MultiAgentVectorEnv(VectorEnv):
         for k in range(chunk):
             ran = row_steps > k
             sub_infos = [info["infos"][k] if steps[i] > k else {} for i, info in enumerate(listed)]
-            sub_obs = _leaf_map(lambda leaf: leaf[:, k], obs)  # noqa: B023 (used at once)
+            sub_obs = leaf_map(lambda leaf: leaf[:, k], obs)  # noqa: B023 (used at once)
             _, r, te, tr, active, sub_events = self._row_step(sub_obs, sub_infos)
             rewards[:, k] = np.where(ran, r, 0.0)
             terms[:, k] = te & ran
@@ -483,11 +470,11 @@ class MultiAgentVectorEnv(VectorEnv):
         if env_ids is not None:
             self._name_envs(infos, env_ids)
         # the agents' observations, (n, K, A, ...) per leaf, as rows (n * A, K, ...)
-        row_obs = _leaf_map(
+        row_obs = leaf_map(
             lambda leaf: leaf.swapaxes(1, 2).reshape(rows, chunk, *leaf.shape[3:]), obs["obs"]
         )
         if not all_obs:  # a stopped env's rows repeat its last executed sub-step's
-            row_obs = _leaf_map(lambda leaf: leaf[:, -1].copy(), row_obs)
+            row_obs = leaf_map(lambda leaf: leaf[:, -1].copy(), row_obs)
         return row_obs, rewards, terms, truncs, infos
 
     # ---- asynchronous stepping, by ParallelEnv ------------------------------------------
@@ -646,92 +633,6 @@ class MultiAgentVectorEnv(VectorEnv):
         ended[ids] = env_terms | env_truncs
         self.ended_envs = ended
         return self._results(obs, env_infos, ids)
-
-    def _same_step_finals(
-        self,
-        finals: list[int],
-        env_infos: Sequence[dict[str, Any]],
-        row_obs: Any,
-        rewards: np.ndarray,
-        terms: np.ndarray,
-        truncs: np.ndarray,
-        events: list[tuple[int, dict[str, Any]]],
-    ) -> list[tuple[int, dict[str, Any]]]:
-        """SAME_STEP: an env that ended and reset reports its rows' last step (rewards and
-        flags) from its final observation; every row that ended carries ``final_obs`` and
-        ``final_info`` (a row whose agent left a running env: its observation, its info)."""
-        a = self.agents_per_env
-        by_row = dict(events)
-        for i in finals:
-            final = env_infos[i]["final_obs"]
-            lo = i * a
-            rewards[lo : lo + a] = final["reward"]
-            terms[lo : lo + a] = final["terminated"]
-            truncs[lo : lo + a] = final["truncated"]
-        final_of = {i: env_infos[i] for i in finals}
-        for r in np.flatnonzero(terms | truncs):
-            i, j = divmod(int(r), a)
-            agent = self.possible_agents[j]
-            if i in final_of:
-                info = final_of[i]
-                last = _leaf_map(partial(_row_of, row=j), info["final_obs"]["obs"])
-                last_info = dict(info.get("final_info", {}).get(agent, {}))
-                row = dict(by_row.get(int(r), {}))
-            else:
-                last = _leaf_map(partial(_row_of, row=int(r), copy=True), row_obs)
-                last_info = by_row.get(int(r), {})
-                row = {}
-            row["final_obs"] = last
-            row["final_info"] = last_info
-            by_row[int(r)] = row
-        return sorted(by_row.items())
-
-    def _agent_events(
-        self, env_infos: Sequence[dict[str, Any]], only: np.ndarray | None
-    ) -> list[tuple[int, dict[str, Any]]]:
-        """``(row, info)`` for each agent that said something (env-major)."""
-        events = []
-        index = {agent: j for j, agent in enumerate(self.possible_agents)}
-        a = self.agents_per_env
-        for i, info in enumerate(env_infos):
-            if not info or (only is not None and not only[i]):
-                continue
-            rows = [
-                (i * a + index[agent], dict(value))
-                for agent, value in info.items()
-                if agent in index and isinstance(value, dict)
-            ]
-            events += sorted(rows, key=lambda e: e[0])
-        return events
-
-    def _merge(
-        self, events: list[tuple[int, dict[str, Any]]], active: np.ndarray, rows: int | None = None
-    ) -> Any:
-        """The rows' infos in ``info_format``, with ``"active"`` for every row (``rows``: all
-        of them, or a recv's)."""
-        rows = self.num_envs if rows is None else rows
-        active = np.array(active, dtype=np.bool_)
-        if self.info_format == "list":
-            per_row: list[dict[str, Any]] = [{"active": bool(x)} for x in active]
-            for r, info in events:
-                per_row[r].update(info)
-            return per_row
-        infos: dict[str, Any] = {}
-        if self.info_format == "legacy":
-            for r, info in _legacy_events(events, 0):
-                infos = _add_info_legacy(infos, info, r, rows)
-        elif events:
-            # scalar infos (the usual ones) a column at a time, as the core merges them
-            merged = merge_scalar_events(events, rows)
-            if merged is not None:
-                infos = merged
-            else:
-                add_info = self._add_row_info if rows == self.num_envs else _Rows(rows)._add_info
-                for r, info in events:
-                    infos = add_info(infos, info, r)
-        infos["active"] = active
-        infos["_active"] = np.ones(rows, dtype=np.bool_)
-        return infos
 
     def render(self) -> tuple[Any, ...] | None:
         """Each ParallelEnv's ``render()`` (one per env, not per row)."""

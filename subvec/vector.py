@@ -46,7 +46,7 @@ from subvec._process import wire as proto
 from subvec._process.block import BlockPlan, bind_batch, plan_block
 from subvec._process.bootstrap import registry_snapshot
 from subvec._process.busy import busy_cpus
-from subvec._process.chunks import BlockRooms
+from subvec._process.chunks import SharedChunkStore
 from subvec._process.environ import WorkerEnvSpec, check_worker_env
 from subvec._process.gpus import GpuSpec, resolve_gpus
 from subvec._process.local import LocalShare
@@ -69,7 +69,7 @@ from subvec._process.wake import FUTEX
 
 __all__ = ["SubprocVectorEnv"]
 
-#: The info formats whose steady scalar infos stay in the block (see _infos.InfoBlockWriter).
+#: The info formats whose fixed-schema scalar infos stay in the block (_infos.InfoBlockWriter).
 _BLOCK_INFO_FORMATS = ("gymnasium", "list", "legacy")
 
 
@@ -450,7 +450,7 @@ class SubprocVectorEnv(VectorFront):
         self._start(backends, bind_batch(views, plan, spec), plan.final_obs)
         # Action chunks' arrays: a second segment the pool's resources own, as the main block
         self._start_chunks(
-            BlockRooms(
+            SharedChunkStore(
                 n,
                 obs_space if self._obs_shared else None,
                 act_space,
@@ -518,7 +518,7 @@ class SubprocVectorEnv(VectorFront):
             if infos is None or (results.final_in_block and results.any_ended()):
                 # final events implied by the flags, or infos to merge
                 return results.step(exchange.block_parts(self._units.all))
-            return results.in_block(infos)
+            return results.from_block(infos)
         self.step_async(actions)
         return self.step_wait()
 

@@ -57,6 +57,17 @@ def sigint_as_in_a_terminal() -> Iterator[None]:
     signal.signal(signal.SIGINT, previous)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def sb3_logs_under_pytest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """SB3 makes a log folder in the system's temporary folder for every model built without
+    one (``SB3-<date>``) and never removes it: the suite's (and its scripts') go under pytest's
+    own temporary folder instead."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3-logs")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(autouse=True)
 def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plan every vector env as on a quiet machine: what a test asserts of a layout must not

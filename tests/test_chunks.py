@@ -178,7 +178,7 @@ def test_chunk_k_grows_and_the_block_is_replaced() -> None:
         for chunk in (2, 8, 9, 33, 4):
             *_, infos = envs.step_chunk(np.zeros((3, chunk), dtype=np.int64), all_obs=chunk > 8)
             assert infos["chunk_steps"].shape == (3,)
-        spec = envs._chunks.rooms.views.spec  # type: ignore[attr-defined]
+        spec = envs._chunks.store.views.spec  # type: ignore[attr-defined]
         assert spec.capacity == 64 and spec.obs_rows
         # the main block and one chunk block: a replaced one is unlinked at once
         assert len(ours() - before) == 2

@@ -2,7 +2,7 @@
 
     step_chunk(actions)  check the batch of chunks (nothing is sent if it is wrong); a chunk
                          of one sub-step goes to the ``step()`` it stands for
-                         room for the chunk's arrays (the backend's ``_batch.ChunkRooms``:
+                         room for the chunk's arrays (the backend's ``_batch.ChunkStore``:
                          the process backend's chunk block), zero their progress counts
                          (the usual chunk's load is kept for the next of its kind)
                          the core's step command to every unit: its envs, K sub-steps
@@ -33,7 +33,7 @@ from gymnasium import Space
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from subvec import _chunk_actions, _spaces
-from subvec._batch import ChunkBlock, ChunkRooms
+from subvec._batch import ChunkBlock, ChunkStore
 from subvec._commands import StepEnvsPayload, UnitReply
 from subvec._compat import AutoresetMode
 from subvec._front.async_chunks import ChunkWork
@@ -58,7 +58,7 @@ class ChunkStepper:
     Args:
         num_envs, single_observation_space, single_action_space, autoreset_mode,
             info_format, copy: the vector env's.
-        rooms: the backend's chunk arrays.
+        store: the backend's chunk arrays.
     """
 
     def __init__(
@@ -69,7 +69,7 @@ class ChunkStepper:
         autoreset_mode: AutoresetMode,
         info_format: str,
         copy: bool,
-        rooms: ChunkRooms,
+        store: ChunkStore,
     ) -> None:
         self.num_envs = num_envs
         self.single_observation_space = single_observation_space
@@ -77,16 +77,16 @@ class ChunkStepper:
         self.autoreset_mode = autoreset_mode
         self.info_format = info_format
         self.copy = copy
-        self.rooms = rooms
+        self.store = store
         #: the last chunk's load when it was the usual one, for the next of the same kind
-        self._steady: _Steady | None = None
+        self._kept: _KeptLoad | None = None
         #: ``send_chunk``'s checks, by the number of envs sent
         self._checkers: dict[int, _chunk_actions.ChunkChecker] = {}
 
     def drop_views(self) -> None:
         """Forget the chunk arrays (the backend releases them as it closes)."""
-        self._steady = None
-        self.rooms.drop()
+        self._kept = None
+        self.store.drop()
 
     def check(self, actions: Any, all_obs: bool) -> tuple[_chunk_actions.ChunkBatch | None, Any]:
         """The batch of chunks, checked (see the front's ``step_chunk`` for what it must be).
@@ -165,19 +165,19 @@ class ChunkStepper:
                 )
             views = in_flight.views
         else:
-            views = self.rooms.room(chunk, all_obs)
-            if self._steady is not None and self._steady.views is not views:
-                self._steady = None  # step_chunk's kept load names the arrays replaced
+            views = self.store.block_for(chunk, all_obs)
+            if self._kept is not None and self._kept.views is not views:
+                self._kept = None  # step_chunk's kept load names the arrays replaced
         leaves = batch.leaves
         views.steps[ids] = 0
-        in_block = views.action_space is not None and all(
+        actions_in_block = views.action_space is not None and all(
             leaf.dtype == spec.dtype for leaf, spec in zip(leaves, self._leaves)
         )
-        if in_block:
+        if actions_in_block:
             for target, leaf in zip(views.actions(chunk), leaves):
                 target[ids] = leaf
         return ChunkWork(
-            chunk, stop_on_done, all_obs, views, ids.tolist(), None if in_block else leaves
+            chunk, stop_on_done, all_obs, views, ids.tolist(), None if actions_in_block else leaves
         )
 
     def load(
@@ -192,27 +192,27 @@ class ChunkStepper:
         """
         chunk = batch.chunk
         leaves = batch.leaves
-        steady = self._steady
+        kept = self._kept
         if (
-            steady is not None
+            kept is not None
             and len(leaves) == 1
-            and steady.key == (chunk, stop_on_done, all_obs, leaves[0].dtype, self.rooms)
+            and kept.key == (chunk, stop_on_done, all_obs, leaves[0].dtype, self.store)
         ):
             # The same kind of chunk as the last: the same arrays and commands.
-            steady.steps.fill(0)
-            np.copyto(steady.target, leaves[0])
-            return steady.views, steady.per_unit, True
-        # No array of the chunk block is kept while the rooms may replace it.
-        self._steady = None
-        views = self.rooms.room(chunk, all_obs)
+            kept.steps.fill(0)
+            np.copyto(kept.target, leaves[0])
+            return kept.views, kept.per_unit, True
+        # No array of the chunk block is kept while the store may replace it.
+        self._kept = None
+        views = self.store.block_for(chunk, all_obs)
         views.steps[:] = 0  # the progress counts: a unit lost mid-chunk leaves its own
         spec = views.spec
-        in_block = views.action_space is not None and (
+        actions_in_block = views.action_space is not None and (
             leaves[0].dtype == self._leaves[0].dtype
             if len(leaves) == 1
             else all(leaf.dtype == s.dtype for leaf, s in zip(leaves, self._leaves))
         )
-        if in_block:
+        if actions_in_block:
             for target, leaf in zip(views.actions(chunk), leaves):
                 np.copyto(target, leaf)
         # The core's step command, with K sub-steps of every env of the unit.
@@ -220,7 +220,7 @@ class ChunkStepper:
 
         def per_unit(unit: Any) -> StepEnvsPayload:
             size = unit.hi - unit.lo
-            if in_block:  # the same for every unit of this size
+            if actions_in_block:  # the same for every unit of this size
                 found = made.get(size)
                 if found is None:
                     found = made[size] = StepEnvsPayload(
@@ -230,10 +230,10 @@ class ChunkStepper:
             rows = batch.rows(unit.lo, unit.hi).leaves
             return StepEnvsPayload(range(size), rows, chunk, stop_on_done, all_obs, spec)
 
-        if in_block and len(leaves) == 1:
-            key = (chunk, stop_on_done, all_obs, leaves[0].dtype, self.rooms)
-            self._steady = _Steady(key, views, views.actions(chunk)[0], per_unit)
-        return views, per_unit, in_block
+        if actions_in_block and len(leaves) == 1:
+            key = (chunk, stop_on_done, all_obs, leaves[0].dtype, self.store)
+            self._kept = _KeptLoad(key, views, views.actions(chunk)[0], per_unit)
+        return views, per_unit, actions_in_block
 
     def one_step(self, results: ChunkResults, all_obs: bool) -> ChunkResults:
         """A chunk of one sub-step's results: those of the ``step()`` it stood for (the
@@ -392,10 +392,10 @@ class ChunkStepper:
         return deepcopy(obs_rows) if self.copy else obs_rows
 
 
-class _Steady:
+class _KeptLoad:
     """The load of a usual chunk (one action leaf, stored in the chunk block), kept for the
-    next chunk of the same K, ``stop_on_done``, ``all_obs``, actions' dtype and rooms: the
-    rooms hand out the same arrays for it, and the units get the same commands (the backend
+    next chunk of the same K, ``stop_on_done``, ``all_obs``, actions' dtype and store: the
+    store hands out the same arrays for it, and the units get the same commands (the backend
     may keep their bytes: ``per_unit`` gives the same objects)."""
 
     __slots__ = ("key", "per_unit", "steps", "target", "views")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from gymnasium import Space
 
 from subvec._backend import Backend, Failure, RestartRecord
-from subvec._batch import BatchViews, ChunkRooms, PlainChunkRooms
+from subvec._batch import BatchViews, ChunkStore, PlainChunkStore
 from subvec._compat import AutoresetMode, vector_metadata
 from subvec._front.chunk import ChunkStepper
 from subvec._front.ended import EndedEnvs
@@ -205,7 +205,7 @@ class FrontStart:
             self.autoreset_mode,
             self.info_format,
             self.copy,
-            PlainChunkRooms(n),
+            PlainChunkStore(n),
         )
         # The engine's hooks reach the front weakly: a cycle would delay freeing it.
         front = weakref.proxy(self)
@@ -236,10 +236,10 @@ class FrontStart:
         #: recycling, where the backend offers it (:meth:`_start_recycling`)
         self._recycler: Recycler | None = None
 
-    def _start_chunks(self, rooms: ChunkRooms) -> None:
+    def _start_chunks(self, store: ChunkStore) -> None:
         """Keep action chunks' arrays where the backend's units read and write them (after
         :meth:`_start`)."""
-        self._chunks.rooms = rooms
+        self._chunks.store = store
 
     def _start_recycling(self, policy: RecyclePolicy, rss_of: RssReader) -> None:
         """Recycle workers as ``policy`` says (after :meth:`_start`); ``rss_of`` reads a

@@ -121,7 +121,7 @@ class StepResults:
             infos,
         )
 
-    def in_block(
+    def from_block(
         self, infos: dict[str, Any]
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """:meth:`step`'s result where it has nothing to add to the block's: every env in a

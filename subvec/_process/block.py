@@ -19,7 +19,7 @@ Regions (``n`` envs; leaves of a Dict/Tuple space are numbered in ``_spaces.leaf
     obs<k>_slot1..obs<k>_slotS         extra observation batches (every leaf k in the block)
     obs_slot                           and the cell naming the one each command writes (see
                                        ``_batch.ObsSlots``)
-    info_values, info_flags, info_schema   steady scalar infos (see ``_infos``)
+    info_values, info_flags, info_schema   scalar infos of a fixed schema (see ``_infos``)
     wake, wake_cmd, wake_mark          the futex protocol's words (see ``_process.wake``)
 """
 
@@ -100,7 +100,7 @@ class BlockPlan:
         act_shared: actions are in the block (else they travel by value).
         final_obs: SAME_STEP final observations stay in the block.
         obs_slots: extra observation batches (0: the batch is copied out).
-        info_block: steady scalar infos stay in the block.
+        info_block: scalar infos of a fixed schema stay in the block.
         wake: the block holds the futex protocol's words.
     """
 
@@ -178,7 +178,7 @@ def plan_block(
             fixed-size leaves of a nest that also holds others).
         same_step: SAME_STEP autoreset (final observations may stay in the block).
         slots: observation slots are wanted (``copy=True``, no envs in the parent).
-        info_block: steady scalar infos in the block (needs at least one worker).
+        info_block: scalar infos of a fixed schema in the block (needs at least one worker).
         wake: room for the futex protocol's words (``_process.wake.control_regions``).
 
     Returns:

@@ -4,8 +4,8 @@ A chunk of K actions per env runs inside the unit (a worker, or the parent for i
 one command, K sub-steps of each env (``EnvSlab.step_chunk``), one reply. Its per-sub-step
 results do not fit the main block, whose rows hold one step, so they go to a second segment,
 the *chunk block*, that the parent creates on the first ``step_chunk`` (nothing for a vector
-env that never chunks) and replaces when a chunk needs more room (:class:`BlockRooms`, the
-front's ``_batch.ChunkRooms`` of the backends whose units map it)::
+env that never chunks) and replaces when a chunk needs more room (:class:`SharedChunkStore`, the
+front's ``_batch.ChunkStore`` of the backends whose units map it)::
 
     c_rewards       (n * C,) float64   viewed as (n, K) for a chunk of K <= C
     c_terminations  (n * C,) bool      "
@@ -50,9 +50,9 @@ from subvec._slab_records import ChunkArrays, ChunkResult
 
 __all__ = [
     "MIN_CAPACITY",
-    "BlockRooms",
     "ChunkAttachment",
     "ChunkViews",
+    "SharedChunkStore",
     "capacity_for",
     "plan_chunk_block",
     "run_chunk",
@@ -243,8 +243,8 @@ def _leaves(nest: Any) -> list[np.ndarray]:
     return [nest]
 
 
-class BlockRooms:
-    """The chunk block of a backend whose units map it (``_batch.ChunkRooms``): made on the
+class SharedChunkStore:
+    """The chunk block of a backend whose units map it (``_batch.ChunkStore``): made on the
     first chunk, replaced by a larger one when a chunk needs more sub-steps (or, with
     ``all_obs``, observation rows it lacks). The backend's ``make`` allocates each block and
     releases the one before; nothing here holds a view of a replaced block.
@@ -275,7 +275,7 @@ class BlockRooms:
         self.adopt = adopt
         self.views: ChunkViews | None = None
 
-    def room(self, chunk: int, all_obs: bool) -> ChunkViews:
+    def block_for(self, chunk: int, all_obs: bool) -> ChunkViews:
         """The block, replaced by a larger one when it cannot hold ``chunk`` sub-steps (or,
         with ``all_obs``, their observations)."""
         obs_rows = all_obs and self.observation_space is not None

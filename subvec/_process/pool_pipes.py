@@ -399,7 +399,7 @@ class PartnerRound:
     history the partner finds cold after us (docs/decisions/0009-steady-state-step-path.md).
     Anything else (a reply still to come, a payload, an error, a death, a stale or broken
     frame) goes on through ``gather`` for the workers still awaited, within the same
-    deadline (:func:`take_rest`).
+    deadline (:func:`gather_after_quick_read`).
 
     Args:
         waits: the pool's waits.
@@ -446,12 +446,12 @@ class PartnerRound:
         # less per step on one CPU); otherwise the full poll shows the others.
         all_ready = self.all_ready
         if events != all_ready and self.full_poll(0) != all_ready:
-            return take_rest(self.waits, None, b"", timeout, what, stop, deadline)
+            return gather_after_quick_read(self.waits, None, b"", timeout, what, stop, deadline)
         read, pack, size, ok = os.read, proto.HEADER.pack, proto.HEADER.size, Status.OK
         for w in self.workers:
             head = read(w.reply_fd, size)
             if head != pack(0, ok, w.expected):
-                return take_rest(self.waits, w, head, timeout, what, stop, deadline)
+                return gather_after_quick_read(self.waits, w, head, timeout, what, stop, deadline)
             w.expected = None
         return None
 
@@ -463,27 +463,29 @@ def plain_or(replies: dict[int, Reply], failures: list[Failure]) -> Gathered | N
     return None
 
 
-def take_rest(
+def gather_after_quick_read(
     waits: PipeWaits,
-    odd: Worker | None,
-    head: bytes,
+    not_plain: Worker | None,
+    not_plain_head: bytes,
     timeout: float | None,
     what: str,
     stop_at_death: bool,
     deadline: float | None,
 ) -> Gathered | None:
-    """The quick read's way out. ``odd`` (None when not every reply was in) sent ``head``,
+    """The quick read's way out. ``not_plain`` (None when not every reply was in) sent
+    ``not_plain_head``,
     which is not a plain OK; the workers before it answered plain OKs. Every reply being
-    in, the ones from ``odd`` on are read and parsed here (infos from every env each step
+    in, the ones from ``not_plain`` on are read and parsed here (infos from every env each step
     are common: MuJoCo, Atari); a death, a stale frame or a reply still to come is left
     to ``gather``, within the same deadline. None when every reply was a plain OK after all
     (the others came in while the partner's was read)."""
     replies: dict[int, Reply] = {}
     workers = waits.resources.workers
-    if odd is not None:
-        for w in workers[workers.index(odd) :]:
+    if not_plain is not None:
+        head = not_plain_head
+        for w in workers[workers.index(not_plain) :]:
             try:
-                if w is not odd:
+                if w is not not_plain:
                     head = os.read(w.reply_fd, proto.HEADER.size)
                 code, seq, payload = proto.finish_frame(w.reply_fd, head)
             except (EOFError, OSError):

@@ -156,7 +156,7 @@ class AttachSpec:
     info_columns: bool = False
     #: SAME_STEP: keep final observations in the block's final-observation rows
     final_obs: bool = False
-    #: the block has the info regions: steady scalar infos go there (see _infos)
+    #: the block has the info regions: scalar infos of a fixed schema go there (see _infos)
     info_block: bool = False
     #: how many extra batches of observations the block holds; a cell names the one each
     #: command writes (see ``_batch.ObsSlots``)
