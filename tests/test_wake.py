@@ -321,7 +321,7 @@ def test_a_cascade_stops_passing_on_once_nobody_sleeps(bell: Bell) -> None:
     ("kwargs", "wake", "kind"),
     [
         ({}, "pipes", "PartnerRound"),
-        ({"spin_us": 50.0}, "pipes", "PollRound"),
+        ({"spin_us": 50.0}, "pipes", "SpinRound"),
         ({"spin_us": 0.0}, "pipes", "PollRound"),
         ({}, "futex", "BellExchange"),
     ],
@@ -349,3 +349,40 @@ def test_every_way_of_waiting_says_none_for_plain_answers(
         collected = pool.collect(10.0, "reporting stats")
         assert collected is not None
         assert {status for status, _ in collected.outcomes.values()} == {Status.OK_PAYLOAD}
+
+
+@pytest.mark.timeout(60)
+def test_the_spinning_round_past_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipes' round where the parent spins (``SpinRound``): a reply later than the spin
+    window is awaited all the same, a reply abandoned at its timeout is stale for the next
+    step, and a worker that dies in a step is named at once."""
+    monkeypatch.setenv(_wake.ENV_VAR, "pipes")
+    fns = crash_fns(2, 1, "hang", quiet=True, seconds=0.6)
+    with SubprocVectorEnv(fns, num_workers=2, spin_us=50.0) as envs:
+        envs.reset(seed=0)
+        actions = envs.action_space.sample()
+        assert type(envs._pool._round_trip()).__name__ == "SpinRound"  # type: ignore[attr-defined]
+        started = time.monotonic()
+        envs.step(actions)  # env 1 hangs 0.6 s in its first step: 12,000 spin windows
+        assert time.monotonic() - started >= 0.6
+        envs.step(actions)
+        assert envs.get_attr("t") == (2, 2)
+    fns = crash_fns(2, 1, "hang", quiet=True, seconds=0.6)
+    with SubprocVectorEnv(fns, num_workers=2, spin_us=50.0) as envs:
+        envs.reset(seed=0)
+        envs.step_async(actions)
+        with pytest.raises(WorkerTimeoutError, match="worker 1"):
+            envs.step_wait(timeout=0.2)
+        for _ in range(3):
+            obs, *_ = envs.step(actions)  # the late answer lands meanwhile: stale
+        assert obs.shape[0] == 2
+        assert envs.get_attr("t") == (4, 4)
+    envs = SubprocVectorEnv(crash_fns(2, 1, "exit", quiet=True), num_workers=2, spin_us=50.0)
+    try:
+        envs.reset(seed=0)
+        started = time.monotonic()
+        with pytest.raises(WorkerDiedError, match=r"worker 1 .* died with exit code 3"):
+            envs.step(actions)
+        assert time.monotonic() - started < 2.0
+    finally:
+        envs.close()

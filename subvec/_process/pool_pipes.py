@@ -9,8 +9,9 @@ happens), for the pools whose workers do not serve the futex protocol (``pool_be
 - the round trips, one object per way of waiting: :class:`PartnerRound`, with a partner: the
   commands written in send order, one sleep until the partner answers, and the replies read as
   bytes when every one is a plain OK (docs/decisions/0009-steady-state-step-path.md);
-  :class:`PollRound` otherwise (the parent busy-polls, no partner, or turns): the pool's
-  ``send`` and :meth:`PipeWaits.gather`.
+  :class:`SpinRound` where the parent busy-polls: the same writes and reads, the replies
+  looked for without sleeping; :class:`PollRound` otherwise (no partner, or turns): the
+  pool's ``send`` and :meth:`PipeWaits.gather`.
 
 Each round trip returns None when every worker answered a plain OK (nothing to decode: the
 usual step), whatever the way of waiting; the futex protocol's (``BellExchange``) does the same.
@@ -42,7 +43,7 @@ from subvec._process.pool_workers import (
     read_reply,
 )
 
-__all__ = ["PartnerRound", "PipeWaits", "PollRound", "Round"]
+__all__ = ["PartnerRound", "PipeWaits", "PollRound", "Round", "SpinRound"]
 
 #: the pool's ``send`` (a command to every worker, the partner last, in turns where it applies)
 Send = Callable[..., None]
@@ -107,9 +108,14 @@ class PipeWaits:
 
     def round(self, send: Send, order: Sequence[Worker]) -> Round:
         """The per-step round trip for the workers as they are (kept in :attr:`bound`):
-        :class:`PartnerRound` where it applies (a partner, the parent blocks, no turns),
-        :class:`PollRound` otherwise. ``send`` is the pool's, ``order`` its send order."""
-        if self.spin_s or self.partner is None or self.max_active is not None:
+        :class:`PollRound` with turns, :class:`SpinRound` where the parent spins,
+        :class:`PartnerRound` where it sleeps on a partner, :class:`PollRound` otherwise.
+        ``send`` is the pool's, ``order`` its send order."""
+        if self.max_active is not None:
+            self.bound = PollRound(self, send)
+        elif self.spin_s:
+            self.bound = SpinRound(self, order)
+        elif self.partner is None:
             self.bound = PollRound(self, send)
         else:
             self.bound = PartnerRound(self, order)
@@ -176,6 +182,16 @@ class PipeWaits:
 
     # --- waits ----------------------------------------------------------------------------
 
+    def spin_pays(self) -> bool:
+        """Whether to busy-poll before blocking: the pool was told cores are free for it, and
+        replies have been coming within the window (see the worker's serve loop): for slow
+        envs the spin would only burn the window and slow a sibling vCPU down."""
+        return bool(self.spin_s) and self._wait_estimate < self.spin_s
+
+    def waited(self, seconds: float) -> None:
+        """A whole-pool wait took ``seconds``: the moving average :meth:`spin_pays` reads."""
+        self._wait_estimate = 0.5 * (self._wait_estimate + seconds)
+
     def gather(
         self,
         workers: Sequence[Worker],
@@ -210,13 +226,10 @@ class PipeWaits:
                     poller.register(fd, select.POLLIN)
         #: the fds still registered with a poll object of this wait's own (not the kept one)
         by_fd_live = set() if kept else set(by_fd)
-        # Busy-poll first (bounded) when the pool was told cores are free for it: blocking
-        # costs a sleep and a wake-up, which on a VM can exceed a cheap env's whole step.
-        # Only while replies have been coming within the window (see the worker's serve loop):
-        # for slow envs the spin would only burn the window and slow a sibling vCPU down.
+        # Busy-poll first (bounded) where it pays: blocking costs a sleep and a wake-up, which
+        # on a VM can exceed a cheap env's whole step.
         started = time.perf_counter()
-        spinning = self.spin_s and self._wait_estimate < self.spin_s
-        spin_until = started + self.spin_s if spinning else 0.0
+        spin_until = started + self.spin_s if self.spin_pays() else 0.0
         first = self.partner
         if (
             first is not None
@@ -298,7 +311,7 @@ class PipeWaits:
                 if self._turns:
                     self._next_turn(pending)
         if kept and not failures:
-            self._wait_estimate = 0.5 * (self._wait_estimate + time.perf_counter() - started)
+            self.waited(time.perf_counter() - started)
         return replies, failures
 
     def collect_ready(
@@ -447,6 +460,13 @@ class PartnerRound:
         all_ready = self.all_ready
         if events != all_ready and self.full_poll(0) != all_ready:
             return gather_after_quick_read(self.waits, None, b"", timeout, what, stop, deadline)
+        return self.read_all(timeout, what, stop, deadline)
+
+    def read_all(
+        self, timeout: float | None, what: str, stop: bool, deadline: float | None
+    ) -> Gathered | None:
+        """Every reply is in: read each header and compare it, as bytes, with the plain OK it
+        should be; the first other one leaves through :func:`gather_after_quick_read`."""
         read, pack, size, ok = os.read, proto.HEADER.pack, proto.HEADER.size, Status.OK
         for w in self.workers:
             head = read(w.reply_fd, size)
@@ -454,6 +474,30 @@ class PartnerRound:
                 return gather_after_quick_read(self.waits, w, head, timeout, what, stop, deadline)
             w.expected = None
         return None
+
+
+class SpinRound(PartnerRound):
+    """The pipes' round trip where the parent busy-polls (fewer workers than free CPUs): the
+    commands written as :class:`PartnerRound` writes them, then the kept poll object looked
+    at, without sleeping, until it shows every reply fd readable and nothing else, for up to
+    the spin window while spinning pays (:meth:`PipeWaits.spin_pays`), and the replies read as
+    bytes. Anything else (a reply later than the window, a death, a slow pool) goes through
+    :meth:`PipeWaits.gather`, within the same deadline."""
+
+    def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
+        """See :class:`Round`."""
+        waits, clock = self.waits, time.perf_counter
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not waits.spin_pays():
+            return gather_after_quick_read(waits, None, b"", timeout, what, stop, deadline)
+        started = clock()
+        until = started + waits.spin_s
+        poll, all_ready = self.full_poll, self.all_ready
+        while poll(0) != all_ready:
+            if clock() >= until:
+                return gather_after_quick_read(waits, None, b"", timeout, what, stop, deadline)
+        waits.waited(clock() - started)
+        return self.read_all(timeout, what, stop, deadline)
 
 
 def plain_or(replies: dict[int, Reply], failures: list[Failure]) -> Gathered | None:

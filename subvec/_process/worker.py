@@ -173,9 +173,10 @@ def worker_main(
 
 # Enum members as module constants: the per-step path compares against them every step.
 _STEP, _CLOSE = Command.STEP, Command.CLOSE
-#: the commands that write observations (into the slot the parent picked)
-_WRITES_OBS = (Command.STEP, Command.RESET, Command.STEP_ENVS)
+#: the commands besides STEP that write observations (into the slot the parent picked)
+_WRITES_OBS = (Command.RESET, Command.STEP_ENVS)
 _OK, _OK_PAYLOAD = Status.OK, Status.OK_PAYLOAD
+_HEADER_PACK, _HEADER_SIZE = proto.HEADER.pack, proto.HEADER.size
 
 
 class _Server:
@@ -219,23 +220,14 @@ class _Server:
         self.busy_s = 0.0
         self.waiting_s = 0.0
 
-    def _spin_for_command(self, poller: select.poll) -> None:
-        """Busy-poll the command pipe for up to ``spin_s``: when the parent answers within that
-        window we skip a sleep and a wake-up. The blocking read that follows takes over."""
-        deadline = time.perf_counter() + self.spin_s
-        while not poller.poll(0) and time.perf_counter() < deadline:
-            pass  # busy-poll: nothing to do but look again
-
     def serve(self) -> None:
-        poller = select.poll()
-        poller.register(self.cmd_fd, select.POLLIN)
+        """Serve commands until CLOSE or until the parent closes our command pipe: on the
+        pipes, and from an ATTACH that names a bell on the futex protocol
+        (``_process.wake``). A plain STEP (every env, its action in the block) is served
+        here; every other command goes through :meth:`handle`."""
+        door: _Pipes | _BellDoor = _Pipes(self.cmd_fd, self.reply_fd)
         commands = {int(c): c for c in Command}
-        # Locals: this loop runs once per step, and on a cheap env its own Python is a visible
-        # share of the step (the partner's CPU is the parent's too).
-        read, write, pack, size = os.read, os.write, proto.HEADER.pack, proto.HEADER.size
-        finish_frame, write_frame, handle = proto.finish_frame, proto.write_frame, self.handle
-        slab_step, step_reply = self.slab.step, self._step_reply
-        cmd_fd, reply_fd, clock = self.cmd_fd, self.reply_fd, time.perf_counter
+        plain_step, clock = self._plain_step, time.perf_counter
         # How long the next command has been taking to come after our reply (a moving
         # average). We only spin while it is shorter than the spin window: when the other
         # workers' envs are slow, spinning would only burn the window, and a busy vCPU slows
@@ -246,57 +238,50 @@ class _Server:
         # since the last reply added up in locals (kept on self at each other command).
         replied_at = clock()
         steps, busy_s, waiting_s = 0, 0.0, 0.0
-        seq = 0
         try:
             while True:
                 spin_s = self.spin_s  # set by ATTACH, the first command
-                if spin_s and wait_estimate < spin_s:
-                    self._spin_for_command(poller)
-                head = read(cmd_fd, size)
+                seq = door.next_step(spin_s if wait_estimate < spin_s else 0.0)
                 started = clock()
                 waiting_s += started - replied_at
-                if spin_s and seq:  # not the first command: the wait for ATTACH is no step's
+                if spin_s:
                     wait_estimate = 0.5 * (wait_estimate + started - replied_at)
-                # The parent numbers each worker's commands 1, 2, 3...: the usual step is
-                # recognised by comparing its bytes, without parsing anything.
-                if head == pack(0, _STEP, seq + 1):
-                    seq += 1
+                if seq:
                     steps += 1
-                    if self.obs_writers:
-                        self._point_obs_rows()
+                    reply: bytes | None
                     try:
-                        reply = step_reply(slab_step())
+                        reply = plain_step()
                     except Exception as exc:
                         self._reply_error(exc, _STEP, seq)
-                    else:
-                        if reply:
-                            write_frame(reply_fd, _OK_PAYLOAD, seq, reply)
-                        else:
-                            write(reply_fd, pack(0, _OK, seq))
+                        reply = None
+                    door.answer_step(seq, reply)
                     replied_at = clock()
                     busy_s += replied_at - started
                     continue
-                try:
-                    code, seq, payload = finish_frame(cmd_fd, head)
-                except EOFError:
-                    break  # the parent closed our command pipe: nothing more will come
-                command = commands[code]
-                if command is _STEP:
-                    steps += 1  # a STEP whose seq is not the next (an earlier command was dropped)
                 self.steps, self.busy_s, self.waiting_s = steps, busy_s, waiting_s
                 try:
-                    status, reply = handle(command, payload)
-                except Exception as exc:
-                    self._reply_error(exc, command, seq)
-                else:
-                    write_frame(reply_fd, status, seq, reply)
+                    for code, got, payload in door.frames():
+                        command = commands[code]
+                        if command is _STEP:
+                            steps += 1  # a STEP that is not the next (an earlier one dropped)
+                        try:
+                            status, out = self.handle(command, payload)
+                        except Exception as exc:
+                            self._reply_error(exc, command, got)
+                        else:
+                            proto.write_frame(self.reply_fd, status, got, out)
+                        if command is _CLOSE:
+                            door.frames_answered()
+                            return
+                except EOFError:
+                    return  # the parent closed our command pipe: nothing more will come
+                door.frames_answered()
                 replied_at = clock()
                 busy_s += replied_at - started
-                if command is _CLOSE:
-                    break
-                if self.bell is not None:  # attached, with the futex protocol from now on
-                    self.serve_bell()
-                    break
+                if self.bell is not None and isinstance(door, _Pipes):
+                    door = _BellDoor(
+                        self.bell, self.index, self.bell_seen, self.cmd_fd, self.reply_fd
+                    )
         finally:
             if self.block is not None:
                 self.slab.arrays = None
@@ -307,66 +292,11 @@ class _Server:
                     self.bell.close()
                 self.block.close()
 
-    def serve_bell(self) -> None:
-        """Serve commands announced in the block (``_process.wake``) until CLOSE: a plain STEP
-        there, anything else as frames on the command pipe, up to the announced seq (earlier frames
-        are commands the parent stopped waiting for: served in order, their replies dropped
-        there as stale, as with the pipes alone)."""
-        bell, index = self.bell, self.index
-        assert bell is not None
-        commands = {int(c): c for c in Command}
-        write_frame, reply_fd, handle = proto.write_frame, self.reply_fd, self.handle
-        wait_command, answer, clock = bell.wait_command, bell.answer, time.perf_counter
-        seen, spin_s, wait_estimate = self.bell_seen, self.spin_s, 0.0
-        steps, busy_s, waiting_s = self.steps, self.busy_s, self.waiting_s
-        replied_at = clock()
-        while True:
-            word = wait_command(index, seen, spin_s if wait_estimate < spin_s else 0.0)
-            seen = word
-            started = clock()
-            waiting_s += started - replied_at
-            if spin_s:
-                wait_estimate = 0.5 * (wait_estimate + started - replied_at)
-            seq = word >> 8
-            if word & 0xFF == STEP_KIND:
-                steps += 1
-                mark = MARK_PIPE
-                try:
-                    status, reply = handle(_STEP, b"")
-                except Exception as exc:
-                    self._reply_error(exc, _STEP, seq)
-                else:
-                    if reply:
-                        write_frame(reply_fd, status, seq, reply)
-                    else:
-                        mark = MARK_OK
-                answer(index, seq, mark)
-                replied_at = clock()
-                busy_s += replied_at - started
-                continue
-            self.steps, self.busy_s, self.waiting_s = steps, busy_s, waiting_s
-            done = False
-            while not done:
-                try:
-                    code, got, payload = proto.read_frame(self.cmd_fd)
-                except EOFError:
-                    return  # the parent closed our command pipe: nothing more will come
-                command = commands[code]
-                if command is _STEP:
-                    steps += 1
-                try:
-                    status, reply = handle(command, payload)
-                except Exception as exc:
-                    self._reply_error(exc, command, got)
-                else:
-                    write_frame(reply_fd, status, got, reply)
-                done = got == seq
-                if command is _CLOSE:
-                    answer(index, seq, MARK_PIPE)
-                    return
-            answer(index, seq, MARK_PIPE)
-            replied_at = clock()
-            busy_s += replied_at - started
+    def _plain_step(self) -> bytes:
+        """A plain STEP of every env: its reply payload, empty for a plain OK."""
+        if self.obs_writers:
+            self._point_obs_rows()
+        return self._step_reply(self.slab.step())
 
     def _reply_error(self, exc: Exception, command: Command, seq: int) -> None:
         env_index = None if command is Command.ATTACH else self.slab.current_env
@@ -374,12 +304,12 @@ class _Server:
         proto.write_frame(self.reply_fd, Status.ERROR, seq, proto.dumps(record))
 
     def handle(self, command: Command, payload: bytes) -> tuple[Status, bytes]:
+        if command is _STEP:  # first: the per-step case (the short form: no payload)
+            reply = self._plain_step()
+            return (Status.OK_PAYLOAD if reply else Status.OK), reply
         slab = self.slab
         if self.obs_writers and command in _WRITES_OBS:
             self._point_obs_rows()
-        if command is _STEP:  # first: the per-step case (the short form: no payload)
-            reply = self._step_reply(slab.step())
-            return (Status.OK_PAYLOAD if reply else Status.OK), reply
         if command in PROCESS_COMMANDS:
             return self._own(command, payload)
         step_envs = command is Command.STEP_ENVS
@@ -509,3 +439,103 @@ class _Server:
         if spec.wake:
             self.bell = Bell(views)
             self.bell_seen = int(self.bell.cmd[self.index])
+
+
+class _Pipes:
+    """Commands as frames on the command pipe (until ATTACH names a bell, and for good
+    without one). The parent numbers each worker's commands 1, 2, 3...: a plain STEP is
+    recognised by comparing its header's bytes, without parsing anything."""
+
+    def __init__(self, cmd_fd: int, reply_fd: int) -> None:
+        self.cmd_fd = cmd_fd
+        self.reply_fd = reply_fd
+        self.poller = select.poll()
+        self.poller.register(cmd_fd, select.POLLIN)
+        self.seq = 0
+        self._head = b""
+
+    def next_step(self, spin_s: float) -> int:
+        """Wait for the next command (busy-polling for up to ``spin_s`` first: when the
+        parent sends within that window we skip a sleep and a wake-up). Returns its seq if
+        it is a plain STEP, else 0 (its frame is in :meth:`frames`)."""
+        if spin_s:
+            poll, deadline = self.poller.poll, time.perf_counter() + spin_s
+            while not poll(0) and time.perf_counter() < deadline:
+                pass  # busy-poll: nothing to do but look again
+        head = os.read(self.cmd_fd, _HEADER_SIZE)
+        if head == _HEADER_PACK(0, _STEP, self.seq + 1):
+            self.seq += 1
+            return self.seq
+        self._head = head
+        return 0
+
+    def frames(self) -> list[tuple[int, int, bytes]]:
+        """The command behind the header just read, ``(code, seq, payload)``.
+
+        Raises:
+            EOFError: the parent closed the command pipe.
+        """
+        frame = proto.finish_frame(self.cmd_fd, self._head)
+        self.seq = frame[1]
+        return [frame]
+
+    def answer_step(self, seq: int, reply: bytes | None) -> None:
+        """Answer plain STEP ``seq``: ``reply`` its payload (empty: a plain OK; None: the
+        error frame is written already)."""
+        if reply:
+            proto.write_frame(self.reply_fd, _OK_PAYLOAD, seq, reply)
+        elif reply is not None:
+            os.write(self.reply_fd, _HEADER_PACK(0, _OK, seq))
+
+    def frames_answered(self) -> None:
+        """Nothing to do: every frame's reply went on the reply pipe."""
+
+
+class _BellDoor:
+    """Commands announced in the block's words (``_process.wake``): a plain STEP there,
+    anything else as frames on the command pipe up to the announced seq (earlier frames are
+    commands the parent stopped waiting for: served in order, their replies dropped there as
+    stale, as with the pipes alone)."""
+
+    def __init__(self, bell: Bell, index: int, seen: int, cmd_fd: int, reply_fd: int) -> None:
+        self.bell = bell
+        self.index = index
+        self.seen = seen
+        self.cmd_fd = cmd_fd
+        self.reply_fd = reply_fd
+        self.upto = 0
+
+    def next_step(self, spin_s: float) -> int:
+        """Wait for the next announcement (busy-looking for up to ``spin_s`` first). Returns
+        its seq if it is a plain STEP, else 0 (its frames are in :meth:`frames`)."""
+        word = self.seen = self.bell.wait_command(self.index, self.seen, spin_s)
+        if word & 0xFF == STEP_KIND:
+            return word >> 8
+        self.upto = word >> 8
+        return 0
+
+    def frames(self) -> list[tuple[int, int, bytes]]:
+        """The frames on the command pipe up to the announced seq, ``(code, seq, payload)``
+        (all written before the announcement).
+
+        Raises:
+            EOFError: the parent closed the command pipe.
+        """
+        frames = [proto.read_frame(self.cmd_fd)]
+        while frames[-1][1] != self.upto:
+            frames.append(proto.read_frame(self.cmd_fd))
+        return frames
+
+    def answer_step(self, seq: int, reply: bytes | None) -> None:
+        """Answer plain STEP ``seq`` with a mark: OK for an empty ``reply``, else "on the
+        pipe" (its payload, or the error frame already written)."""
+        mark = MARK_PIPE
+        if reply:
+            proto.write_frame(self.reply_fd, _OK_PAYLOAD, seq, reply)
+        elif reply is not None:
+            mark = MARK_OK
+        self.bell.answer(self.index, seq, mark)
+
+    def frames_answered(self) -> None:
+        """Mark the announced command answered on the pipe."""
+        self.bell.answer(self.index, self.upto, MARK_PIPE)
