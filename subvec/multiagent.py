@@ -325,7 +325,7 @@ class MultiAgentVectorEnv(VectorEnv):
         else:
             self.ended_envs = self.ended_envs & ~env_mask
         active = self._flat(obs["active"])
-        events = self._infos.events(env_infos, None if env_mask is None else env_mask)
+        events = self._infos.events(env_infos, env_mask)
         return self._flat(obs["obs"]), self._infos.merge(events, active)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:

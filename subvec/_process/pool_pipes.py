@@ -517,12 +517,11 @@ def gather_after_quick_read(
     deadline: float | None,
 ) -> Gathered | None:
     """The quick read's way out. ``not_plain`` (None when not every reply was in) sent
-    ``not_plain_head``,
-    which is not a plain OK; the workers before it answered plain OKs. Every reply being
-    in, the ones from ``not_plain`` on are read and parsed here (infos from every env each step
-    are common: MuJoCo, Atari); a death, a stale frame or a reply still to come is left
-    to ``gather``, within the same deadline. None when every reply was a plain OK after all
-    (the others came in while the partner's was read)."""
+    ``not_plain_head``, which is not a plain OK; the workers before it answered plain OKs.
+    Every reply being in, the ones from ``not_plain`` on are read and parsed here (infos from
+    every env each step are common: MuJoCo, Atari); a death, a stale frame or a reply still
+    to come is left to ``gather``, within the same deadline. None when every reply was a
+    plain OK after all (the others came in while the partner's was read)."""
     replies: dict[int, Reply] = {}
     workers = waits.resources.workers
     if not_plain is not None:

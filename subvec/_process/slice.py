@@ -12,6 +12,7 @@ call and ignores it (``thread_slice`` then says so); other platforms have no suc
 from __future__ import annotations
 
 import ctypes
+import functools
 import platform
 import sys
 import threading
@@ -49,6 +50,7 @@ class _Attr(ctypes.Structure):
     ]
 
 
+@functools.cache  # one libc handle for every call, not one per call
 def _calls() -> tuple[ctypes.CDLL, int, int] | None:
     numbers = _SYSCALLS.get(platform.machine()) if sys.platform == "linux" else None
     if numbers is None:
