@@ -248,3 +248,31 @@ def test_a_held_chunk_result_survives_the_restart_of_its_worker() -> None:
     finally:
         envs.close()
         twin.close()
+
+
+@pytest.mark.parametrize("next_k", [5, 16], ids=["same_arrays", "larger_arrays"])
+def test_a_held_chunk_result_outlives_a_chunk_of_another_k(next_k: int) -> None:
+    # Env 1's K=3 result is held in its rows when env 0 is sent a chunk of another K: the
+    # arrays are reshaped (K=5: env 0's rows then cover env 1's) or replaced (K=16).
+    fns = [lambda: ZooEnv(max_steps=10**6, terminate_prob=0.0, quiet=True)] * 2
+    envs = SubprocVectorEnv(fns, num_workers=1)  # one command, one answer for both
+    twin = SubprocVectorEnv(fns, num_workers=1)
+    try:
+        twin.reset(seed=0)
+        want = twin.step_chunk(np.ones((2, 3), dtype=np.int64))
+        envs.reset(seed=0)
+        envs.send_chunk(np.ones((2, 3), dtype=np.int64), [0, 1])
+        envs.recv(env_ids=[0])
+        assert envs.ready_env_ids == [1]  # answered with env 0, held
+        envs.send_chunk(np.ones((1, next_k), dtype=np.int64), [0])
+        _, rewards, _, _, infos = envs.recv(env_ids=[0])
+        assert rewards.shape == (1, next_k) and infos["chunk_steps"].tolist() == [next_k]
+        obs, rewards, terms, truncs, infos = envs.recv(env_ids=[1])
+        np.testing.assert_array_equal(obs, want[0][1:])
+        np.testing.assert_array_equal(rewards, want[1][1:])
+        np.testing.assert_array_equal(terms, want[2][1:])
+        np.testing.assert_array_equal(truncs, want[3][1:])
+        assert infos["chunk_steps"].tolist() == [3]
+    finally:
+        envs.close()
+        twin.close()

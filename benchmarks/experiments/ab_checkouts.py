@@ -14,7 +14,9 @@ Workloads: ``cartpole``, ``cartpole_monitor`` (in SB3's ``Monitor``), ``busy<N>`
 workload bench_vector.py names (``libero1ms``, ``libero1ms_notext``, ``busy100us_84x84x3``).
 Extra constructor arguments: ``--kwargs "{'spin_us': 0}"``; ``--torch`` steps with CPU torch
 tensors instead of numpy arrays (what a torch policy hands over); ``--chunk K`` times
-``step_chunk`` with K actions per env (one-array action spaces) instead of ``step``.
+``step_chunk`` with K actions per env (one-array action spaces) instead of ``step``;
+``--recv-batch N`` ``recv()``/``send()`` batches of N envs (with ``--chunk K``: ``recv()``, then
+``send_chunk()`` of K actions to each env of the batch).
 
 A checkout may force how the envs are split between the workers (is an uneven split better
 when worker 0 shares its CPU with the parent? docs/decisions/0007): ``label=path:6,10`` gives
@@ -102,6 +104,19 @@ def child_vector(
             space = gym.vector.utils.batch_space(envs.single_action_space, recv_batch)
             envs.drain()
             envs.async_reset(seed=0)
+            if chunk:  # recv() the batch, send_chunk() K actions to each of its envs
+                envs.recv(min_envs=recv_batch, max_envs=recv_batch)
+                envs.send_chunk(np.zeros((recv_batch, chunk), dtype=np.int64))
+
+                def recv_send_chunk(actions: Any) -> None:
+                    envs.recv(min_envs=recv_batch, max_envs=recv_batch)
+                    envs.send_chunk(actions)
+
+                samples = [space.sample() for _ in range(64 * chunk)]
+                actions = [
+                    np.stack(samples[i * chunk : (i + 1) * chunk], axis=1) for i in range(64)
+                ]
+                return timed_rate(recv_send_chunk, actions, recv_batch * chunk, seconds)
 
             def recv_send(actions: Any) -> None:
                 envs.recv()

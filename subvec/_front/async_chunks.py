@@ -5,11 +5,15 @@
                       arrays it runs in, and its actions (in those arrays' rows, or by value);
                       each unit of its envs gets one STEP_ENVS of K sub-steps for them
     chunk_results     a unit's answer to such a command, as one :class:`ChunkEnvResult` per
-                      env, copied out of the chunk arrays at once (they are shared by every
-                      chunk in flight, and a later one may reuse the rows)
+                      env, copied out of the chunk arrays at once
+    ChunkInBlock      a held chunk result that is all in its env's rows (a plain OK): left
+                      there, as a step's :data:`STEP_IN_BLOCK` is, until ``recv`` gathers it
+                      or a chunk of another shape is about to reshape or replace the arrays
+                      (then :func:`copied_chunk` copies it out)
     restarted_chunk   an env whose unit was rebuilt mid-chunk: the sub-steps before the loss,
                       then truncated with ``worker_restarted``, as ``step_chunk`` reports it
     chunk_batch       the batch ``recv`` returns for envs that ran chunks of the same shape
+                      (:func:`chunk_batch_in_block` where every one is still in its rows)
 
 Per env, the sub-steps are exactly those of ``step_chunk`` (``EnvSlab.step_chunk`` runs them),
 so a chunk sent to some envs while others are in flight gives each env the trajectory it would
@@ -31,14 +35,17 @@ from subvec._batch import ChunkBlock
 from subvec._commands import Status, StepEnvsPayload, UnitReply
 from subvec._front.merge import merge_chunk_infos
 from subvec._front.results import obs_by_env, reply_errors
-from subvec._front.step_results import EnvResult, copy_row
+from subvec._front.step_results import EnvResult, copy_row, take_rows
 from subvec.errors import EnvError
 
 __all__ = [
     "ChunkEnvResult",
+    "ChunkInBlock",
     "ChunkWork",
     "chunk_batch",
+    "chunk_batch_in_block",
     "chunk_results",
+    "copied_chunk",
     "describe_shapes",
     "restarted_chunk",
 ]
@@ -118,6 +125,24 @@ class ChunkEnvResult:
         return bool(self.terminations[last] or self.truncations[last])
 
 
+class ChunkInBlock:
+    """A held chunk result that is all in its env's rows: the chunk arrays' rewards, flags
+    and progress count, and the observation batch's row (a plain OK of a chunk without
+    ``all_obs``). An env is sent nothing new before ``recv`` returns it, and a chunk of the
+    same shape runs in the same arrays (other rows), so the rows stay as the unit wrote them;
+    a chunk of another shape would reshape or replace the arrays, so the held results leave
+    them first (``HeldResults.release_chunk_rows``)."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, work: ChunkWork) -> None:
+        self.work = work
+
+    @property
+    def shape(self) -> ChunkShape:
+        return self.work.shape
+
+
 def chunk_results(
     unit: Unit,
     envs: Sequence[int],
@@ -156,42 +181,56 @@ def chunk_results(
         for local, seen in reply.sub_obs or ():
             sub_obs[unit.lo + local] = seen
     arrays = None if reply is None else reply.arrays
-    if arrays is None:
-        rewards, terms, truncs, obs_rows = work.views.batch(k)
-        steps = work.views.steps
+    obs_rows = None if arrays is not None else work.views.batch(k)[3]
     results: dict[int, ChunkEnvResult] = {}
     for pos, env in enumerate(envs):
         error = errors.get(env)
         if error is not None:
             results[env] = _failed(work, error)
             continue
-        if arrays is not None:  # a unit that keeps no block rows (Ray): rows in envs' order
-            r, te, tr, st, ob = arrays
-            row_rewards, row_terms, row_truncs, done = r[pos], te[pos], tr[pos], int(st[pos])
-            obs = copy_row(ob, pos) if ob is not None else None
-        else:
-            row_rewards, row_terms, row_truncs = rewards[env], terms[env], truncs[env]
-            done = int(steps[env])
-            obs = None
-            if work.all_obs and obs_rows is not None:
-                obs = copy_row(obs_rows, env)
-        if obs is None:
-            if work.all_obs:
-                seen = sub_obs[env]
-                seen = seen + [seen[-1]] * (k - len(seen))
-                obs = concatenate(space, seen, create_empty_array(space, n=k))  # type: ignore[arg-type]
-            else:
-                obs = last_obs(env, by_value)
+        # a unit that keeps no block rows (Ray) answers with its arrays, rows in envs' order
+        ob = None if arrays is None else arrays[4]
+        if ob is not None:
+            obs = copy_row(ob, pos)
+        elif not work.all_obs:
+            obs = last_obs(env, by_value)
+        elif obs_rows is not None:
+            obs = copy_row(obs_rows, env)
+        else:  # every sub-step's observation came by value
+            seen = sub_obs[env]
+            seen = seen + [seen[-1]] * (k - len(seen))
+            obs = concatenate(space, seen, create_empty_array(space, n=k))  # type: ignore[arg-type]
+        if arrays is None:
+            results[env] = copied_chunk(work, env, obs, events.get(env, []))
+            continue
+        r, te, tr, st, _ = arrays
         results[env] = ChunkEnvResult(
             work.shape,
             obs,
-            np.array(row_rewards, dtype=np.float64),
-            np.array(row_terms, dtype=np.bool_),
-            np.array(row_truncs, dtype=np.bool_),
-            done,
+            np.array(r[pos], dtype=np.float64),
+            np.array(te[pos], dtype=np.bool_),
+            np.array(tr[pos], dtype=np.bool_),
+            int(st[pos]),
             events.get(env, []),
         )
     return results
+
+
+def copied_chunk(
+    work: ChunkWork, env: int, obs: Any, events: list[tuple[int, dict[str, Any]]]
+) -> ChunkEnvResult:
+    """Env ``env``'s chunk result, its rewards, flags and progress count copied out of the
+    chunk arrays, with its observation ``obs`` and info ``events``."""
+    rewards, terms, truncs, _ = work.views.batch(work.chunk)
+    return ChunkEnvResult(
+        work.shape,
+        obs,
+        rewards[env].copy(),
+        terms[env].copy(),
+        truncs[env].copy(),
+        int(work.views.steps[env]),
+        events,
+    )
 
 
 def _failed(work: ChunkWork, error: BaseException) -> ChunkEnvResult:
@@ -251,6 +290,24 @@ def chunk_batch(
     events = [(row, sub, info) for row, r in enumerate(results) for sub, info in r.events]
     infos = merge_chunk_infos(info_format, events, n, k, steps)
     return obs, rewards, terms, truncs, infos
+
+
+def chunk_batch_in_block(
+    work: ChunkWork, env_ids: np.ndarray, observations: Any, info_format: str
+) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+    """:func:`chunk_batch` of envs whose results are all in their rows (each
+    :class:`ChunkInBlock` of chunks of ``work``'s arrays and shape): one fancy index per
+    array, the observations from ``observations``, the observation batch's rows."""
+    rewards, terms, truncs, _ = work.views.batch(work.chunk)
+    steps = work.views.steps[env_ids]
+    infos = merge_chunk_infos(info_format, (), len(env_ids), work.chunk, steps)
+    return (
+        take_rows(observations, env_ids),
+        rewards[env_ids],
+        terms[env_ids],
+        truncs[env_ids],
+        infos,
+    )
 
 
 def describe_shapes(shapes: dict[ChunkShape | None, list[int]]) -> str:

@@ -133,6 +133,7 @@ class ChunkStepper:
         stop_on_done: bool,
         all_obs: bool,
         in_flight: ChunkWork | None,
+        release: Callable[[tuple[int, bool]], None],
     ) -> ChunkWork:
         """``send_chunk``'s chunk for the envs ``ids``: checked, its actions stored where the
         units read them (the chunk arrays' rows of ``ids``, their progress counts zeroed).
@@ -143,6 +144,8 @@ class ChunkStepper:
             stop_on_done, all_obs: as ``step_chunk``.
             in_flight: a chunk in flight or queued (None: none): the new one runs in the
                 same arrays, so it must have its K and ``all_obs``.
+            release: ``release((K, all_obs))``, called before arrays for the chunk are
+                chosen with none in flight: held results of another shape leave theirs.
 
         Raises:
             ValueError, TypeError: not chunks of the action space for ``len(ids)`` envs,
@@ -165,6 +168,7 @@ class ChunkStepper:
                 )
             views = in_flight.views
         else:
+            release((chunk, all_obs))
             views = self.store.block_for(chunk, all_obs)
             if self._kept is not None and self._kept.views is not views:
                 self._kept = None  # step_chunk's kept load names the arrays replaced

@@ -1,9 +1,10 @@
 """The results the asynchronous engine holds: each env's, from its unit's answer until a
 ``recv`` returns it, and the batch a ``recv`` returns of them.
 
-    hold      a unit's answer, per env: :data:`STEP_IN_BLOCK` / :data:`RESET_IN_BLOCK` where
-              the result is all in the env's rows of the batch arrays (a plain OK), else an
-              :class:`EnvResult` (or a chunk's :class:`ChunkEnvResult`) copied out at once
+    hold      a unit's answer, per env: :data:`STEP_IN_BLOCK` / :data:`RESET_IN_BLOCK` (a
+              chunk's :class:`ChunkInBlock`) where the result is all in the env's rows of the
+              batch (and chunk) arrays: a plain OK; else an :class:`EnvResult` (a chunk's
+              :class:`ChunkEnvResult`) copied out at once
     take      the held results of some envs as one batch, each handed out (or the first's
               error raised)
 
@@ -24,7 +25,15 @@ from subvec._backend import Outcome, Unit
 from subvec._batch import BatchViews
 from subvec._commands import Status, UnitReply
 from subvec._compat import AutoresetMode
-from subvec._front.async_chunks import ChunkEnvResult, ChunkWork, chunk_batch, chunk_results
+from subvec._front.async_chunks import (
+    ChunkEnvResult,
+    ChunkInBlock,
+    ChunkWork,
+    chunk_batch,
+    chunk_batch_in_block,
+    chunk_results,
+    copied_chunk,
+)
 from subvec._front.ended import EndedEnvs
 from subvec._front.merge import InfoMerger, make_merger
 from subvec._front.observations import ObservationBatch
@@ -42,12 +51,12 @@ from subvec._front.step_results import (
 __all__ = ["Held", "HeldResults", "shape_of"]
 
 #: one env's held result
-Held = EnvResult | InBlock | ChunkEnvResult
+Held = EnvResult | InBlock | ChunkEnvResult | ChunkInBlock
 
 
 def shape_of(held: Held) -> tuple[int, bool] | None:
     """A held result's shape: None for a step's or a reset's, ``(K, all_obs)`` for a chunk's."""
-    return held.shape if type(held) is ChunkEnvResult else None
+    return held.shape if type(held) is ChunkEnvResult or type(held) is ChunkInBlock else None
 
 
 class HeldResults:
@@ -120,6 +129,9 @@ class HeldResults:
         step or chunk (``work``) of ``envs``, copied out of the batch arrays."""
         ready = self.ready
         if work is not None:
+            if outcome[0] is Status.OK and self._obs_shared and not work.all_obs:
+                self._hold_chunk_in_block(work, envs)
+                return
             got = chunk_results(unit, envs, work, outcome, self._space, self.last_obs)
             for env, result in got.items():
                 if result.error is None:
@@ -162,6 +174,18 @@ class HeldResults:
                 self._ended.answered(env, ended)
             ready[env] = STEP_IN_BLOCK
 
+    def _hold_chunk_in_block(self, work: ChunkWork, envs: list[int]) -> None:
+        if self._ended.tracked:
+            _, terms, truncs, _ = work.views.batch(work.chunk)
+            steps = work.views.steps
+            for env in envs:
+                last = max(int(steps[env]), 1) - 1
+                self._ended.answered(env, bool(terms[env, last] or truncs[env, last]))
+        held = ChunkInBlock(work)
+        ready = self.ready
+        for env in envs:
+            ready[env] = held
+
     def materialise(self, envs: Iterable[int]) -> None:
         """Copy the held in-block results of ``envs`` out of the rows (before a restart
         rewrites them)."""
@@ -170,6 +194,19 @@ class HeldResults:
             held = ready.get(env)
             if isinstance(held, InBlock):
                 ready[env] = self.result(env, held.reset, [], {})
+            elif type(held) is ChunkInBlock:
+                ready[env] = self._copied_chunk(held, env)
+
+    def release_chunk_rows(self, shape: tuple[int, bool]) -> None:
+        """Copy out the held in-block chunk results of another shape than ``shape``: a chunk
+        of that shape is about to run in arrays reshaped or replaced for it."""
+        ready = self.ready
+        for env, held in ready.items():
+            if type(held) is ChunkInBlock and held.shape != shape:
+                ready[env] = self._copied_chunk(held, env)
+
+    def _copied_chunk(self, held: ChunkInBlock, env: int) -> ChunkEnvResult:
+        return copied_chunk(held.work, env, copy_row(self._observations, env), [])
 
     def last_obs(self, env: int, by_value: dict[int, Any]) -> Any:
         """Env ``env``'s observation, copied out of the batch arrays or (kept first) out of
@@ -217,15 +254,26 @@ class HeldResults:
         ready = self.ready
         for env in ids:
             held = ready[env]
-            if not isinstance(held, InBlock) and held.error is not None:
+            if isinstance(held, (EnvResult, ChunkEnvResult)) and held.error is not None:
                 del ready[env]
                 raise held.error
         k = len(ids)
         merger = self._mergers.get(k)
         if merger is None:
             merger = self._mergers[k] = make_merger(self._info_format, k)
-        if k and type(ready[ids[0]]) is ChunkEnvResult:  # chunks of one shape (the caller's)
-            chunks = [ready.pop(env) for env in ids]
+        first = ready[ids[0]] if k else None
+        if type(first) is ChunkInBlock and all(type(ready[env]) is ChunkInBlock for env in ids):
+            # the usual batch of chunks, all in their rows (of one shape, so of one arrays)
+            for env in ids:
+                del ready[env]
+            obs, rewards, terminations, truncations, infos = chunk_batch_in_block(
+                first.work, env_ids, self._observations, self._info_format
+            )
+        elif first is not None and shape_of(first) is not None:  # chunks of one shape
+            chunks = []
+            for env in ids:
+                held = ready.pop(env)
+                chunks.append(self._copied_chunk(held, env) if type(held) is ChunkInBlock else held)
             obs, rewards, terminations, truncations, infos = chunk_batch(
                 self._space,
                 chunks,  # type: ignore[arg-type]

@@ -299,7 +299,14 @@ class AsyncEngine:
                 flight; nothing is sent.
         """
         ids = self._checked_ids(env_ids, "send_chunk")
-        work = self._chunks.work(actions, ids, stop_on_done, all_obs, self._chunk_in_flight())
+        work = self._chunks.work(
+            actions,
+            ids,
+            stop_on_done,
+            all_obs,
+            self._chunk_in_flight(),
+            self._held.release_chunk_rows,
+        )
         self._chunks_sent = True
         self._hooks.enter()
         self._stamp(ids)
