@@ -288,7 +288,14 @@ class PipeWaits:
                     if kept:
                         self._changed_fds()
                     continue
-                reply = read_reply(worker) if is_reply else drain(worker)
+                if is_reply:
+                    # A plain OK is its header alone: compared as bytes, as the quick round
+                    # reads them; anything else is parsed from there.
+                    head = os.read(fd, proto.HEADER.size)
+                    plain = head == proto.HEADER.pack(0, Status.OK, worker.expected)
+                    reply = PLAIN_OK if plain else read_reply(worker, head=head)
+                else:
+                    reply = drain(worker)
                 if reply is STALE:
                     continue
                 del pending[worker.index]

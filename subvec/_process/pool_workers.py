@@ -169,12 +169,17 @@ def terminate(workers: Sequence[Worker], grace: float) -> None:
             worker.process.join(5.0)
 
 
-def read_reply(worker: Worker, awaited: int | None = -1) -> Reply | object:
+def read_reply(
+    worker: Worker, awaited: int | None = -1, head: bytes | None = None
+) -> Reply | object:
     """The next frame on ``worker``'s reply pipe: its reply if its seq is ``awaited``
     (default: ``worker.expected``; a worker on the bell keeps it in ``bell.expected``),
-    ``STALE`` if not, ``DEAD`` at EOF."""
+    ``STALE`` if not, ``DEAD`` at EOF. ``head``: its first bytes, read already."""
     try:
-        code, seq, payload = proto.read_frame(worker.reply_fd)
+        if head is None:
+            code, seq, payload = proto.read_frame(worker.reply_fd)
+        else:
+            code, seq, payload = proto.finish_frame(worker.reply_fd, head)
     except (EOFError, OSError):
         return DEAD
     if seq != (worker.expected if awaited == -1 else awaited):
