@@ -20,6 +20,8 @@ started, either way (terminated), or after ``--max-steps`` (truncated). The poli
 stand-in: a fixed gait nudged by a linear map of the state, K actions at a time, and a sleep of
 ``--latency-ms`` per forward pass standing for a GPU model.
 
+Needs MuJoCo (the `examples` extra: `pip install "subvec[examples]"`).
+
 Run:  python examples/vla_rollout.py [--num-envs 4 --group 2 --rollouts 4 --chunk 8]
 """
 
