@@ -47,6 +47,7 @@ __all__ = [
     "chunk_results",
     "copied_chunk",
     "describe_shapes",
+    "ended_at_last",
     "restarted_chunk",
 ]
 
@@ -121,8 +122,14 @@ class ChunkEnvResult:
     @property
     def ended(self) -> bool:
         """Whether its last executed sub-step ended its episode."""
-        last = max(self.steps, 1) - 1
-        return bool(self.terminations[last] or self.truncations[last])
+        return ended_at_last(self.terminations, self.truncations, self.steps)
+
+
+def ended_at_last(terminations: np.ndarray, truncations: np.ndarray, steps: int) -> bool:
+    """Whether the last executed sub-step of a chunk row (its ``(K,)`` flags, ``steps``
+    executed; every env executes at least one) ended the episode."""
+    last = max(steps, 1) - 1
+    return bool(terminations[last] or truncations[last])
 
 
 class ChunkInBlock:

@@ -33,6 +33,7 @@ from subvec._front.async_chunks import (
     chunk_batch_in_block,
     chunk_results,
     copied_chunk,
+    ended_at_last,
 )
 from subvec._front.ended import EndedEnvs
 from subvec._front.merge import InfoMerger, make_merger
@@ -179,8 +180,7 @@ class HeldResults:
             _, terms, truncs, _ = work.views.batch(work.chunk)
             steps = work.views.steps
             for env in envs:
-                last = max(int(steps[env]), 1) - 1
-                self._ended.answered(env, bool(terms[env, last] or truncs[env, last]))
+                self._ended.answered(env, ended_at_last(terms[env], truncs[env], int(steps[env])))
         held = ChunkInBlock(work)
         ready = self.ready
         for env in envs:
