@@ -3,7 +3,7 @@ every row, and SAME_STEP's final observations per row (``subvec.multiagent``).""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -11,17 +11,9 @@ import numpy as np
 
 from subvec._front.merge import _add_info_legacy, _legacy_events, _Rows
 from subvec._infos import merge_scalar_events
+from subvec._spaces import map_leaves
 
-__all__ = ["RowInfos", "leaf_map", "row_of"]
-
-
-def leaf_map(fn: Callable[[np.ndarray], Any], nest: Any) -> Any:
-    """``fn`` applied to every array of a dict/tuple nest, the nest's shape kept."""
-    if isinstance(nest, dict):
-        return {k: leaf_map(fn, v) for k, v in nest.items()}
-    if isinstance(nest, tuple):
-        return tuple(leaf_map(fn, v) for v in nest)
-    return fn(nest)
+__all__ = ["RowInfos", "row_of"]
 
 
 def row_of(leaf: np.ndarray, row: int, copy: bool = False) -> Any:
@@ -73,11 +65,11 @@ class RowInfos:
             agent = self.possible_agents[j]
             if i in final_of:
                 info = final_of[i]
-                last = leaf_map(partial(row_of, row=j), info["final_obs"]["obs"])
+                last = map_leaves(partial(row_of, row=j), info["final_obs"]["obs"])
                 last_info = dict(info.get("final_info", {}).get(agent, {}))
                 row = dict(by_row.get(int(r), {}))
             else:
-                last = leaf_map(partial(row_of, row=int(r), copy=True), row_obs)
+                last = map_leaves(partial(row_of, row=int(r), copy=True), row_obs)
                 last_info = by_row.get(int(r), {})
                 row = {}
             row["final_obs"] = last

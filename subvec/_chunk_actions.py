@@ -16,9 +16,9 @@ from gymnasium import spaces
 
 from subvec._spaces import (
     build_views,
-    flatten_actions,
     is_shareable,
     leaf_specs,
+    leaves_of,
     path_text,
     row_reader,
     tensor_as_array,
@@ -78,7 +78,7 @@ def chunk_actions(space: spaces.Space[Any], actions: Any, num_envs: int) -> Chun
             f"MultiBinary, or Dict/Tuple nests of them); the envs' is {space}"
         )
     specs = leaf_specs(space)
-    given = list(flatten_actions(space, actions, ()))
+    given = [leaf for _, _, leaf in leaves_of(space, actions)]
     leaves: list[np.ndarray] = []
     chunk = 0
     for spec, value in zip(specs, given):

@@ -1,11 +1,14 @@
 """Space -> shared-memory layout, and the per-space readers and writers built on it.
 
-Every nest is walked one way (:func:`walk`); whether a leaf is fixed-size is one registered
-function per space type (``functools.singledispatch``), so supporting a new fixed-size space is
-one registration, not a branch. Fixed-size spaces (Box of any dtype, Discrete,
-MultiDiscrete, MultiBinary, and Dict/Tuple nests of them) live in shared memory. Anything else
-(Text, Sequence, Graph, OneOf, custom spaces) is *not shareable* and travels pickled over the
-pipe; it is never silently zeroed.
+Every nest is walked here, in one order (Dict keys, then Tuple items, depth first): a space's
+leaves by :func:`walk`, a value along its space, checked, by :func:`leaves_of`, a value's own
+dicts and tuples (a batch, a row) by :func:`map_leaves` and :func:`nest_leaves`. Whether a leaf
+is fixed-size is one registered function per space type (``functools.singledispatch``), so
+supporting a new fixed-size space is one registration, not a branch.
+
+Fixed-size spaces (Box of any dtype, Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple
+nests of them) live in shared memory. Anything else (Text, Sequence, Graph, OneOf, custom
+spaces) is *not shareable* and travels pickled over the pipe; it is never silently zeroed.
 
 A Dict/Tuple nest that mixes both kinds is *split* (:class:`ObsSplit`): its fixed-size leaves
 live in shared memory and only the others travel by value.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import operator
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import singledispatch
 from typing import Any
@@ -39,10 +42,11 @@ __all__ = [
     "check_batch_layout",
     "filled",
     "fixed_leaves",
-    "flatten_actions",
     "is_shareable",
     "leaf_specs",
-    "leaf_values",
+    "leaves_of",
+    "map_leaves",
+    "nest_leaves",
     "path_text",
     "row_reader",
     "row_writer",
@@ -83,14 +87,70 @@ def walk(space: spaces.Space[Any], path: Path = ()) -> Iterator[tuple[Path, spac
         yield path, space
 
 
-def leaf_values(space: spaces.Space[Any], value: Any) -> Iterator[Any]:
-    """The leaves of one ``value`` of ``space``, in :func:`walk` order (``value[key]`` down a
-    Dict, ``value[i]`` down a Tuple)."""
-    for path, _ in walk(space):
-        leaf = value
-        for key in path:
-            leaf = leaf[key]
-        yield leaf
+def leaves_of(
+    space: spaces.Space[Any], value: Any, where: str = "actions", path: Path = ()
+) -> Iterator[tuple[Path, spaces.Space[Any], Any]]:
+    """The leaves of ``value`` (a value of ``space``, or a batch of its values) in
+    :func:`walk` order, as ``(path, leaf space, leaf value)``, the nest checked on the way:
+    ``value[key]`` down a Dict, ``value[i]`` down a Tuple.
+
+    Args:
+        space: the space ``value`` nests as.
+        value: the value.
+        where: what ``value`` is, for the messages (``"actions"``, ``"actions[3]"``).
+        path: where ``value`` sits in a larger nest (for the messages).
+
+    Raises:
+        TypeError: a Dict's value that is not a mapping, a Tuple's that is not a tuple or list.
+        ValueError: a Dict's value without one of its keys, a Tuple's of another length.
+    """
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, Mapping):
+            raise TypeError(
+                f"{where}{path_text(path)}: expected a dict with keys {list(space.spaces)}, "
+                f"got {type(value).__name__}"
+            )
+        for key, sub in space.spaces.items():
+            if key not in value:
+                raise ValueError(f"{where}{path_text(path)}: missing key {key!r}")
+            yield from leaves_of(sub, value[key], where, (*path, key))
+    elif isinstance(space, spaces.Tuple):
+        n = len(space.spaces)
+        if not isinstance(value, (tuple, list)):
+            raise TypeError(
+                f"{where}{path_text(path)}: expected a tuple of {n} items, "
+                f"got {type(value).__name__}"
+            )
+        if len(value) != n:
+            raise ValueError(
+                f"{where}{path_text(path)}: expected a tuple of {n} items, got {len(value)}"
+            )
+        for i, sub in enumerate(space.spaces):
+            yield from leaves_of(sub, value[i], where, (*path, i))
+    else:
+        yield path, space, value
+
+
+def map_leaves(fn: Callable[[Any], Any], nest: Any) -> Any:
+    """``fn`` applied to every leaf of a value nested in dicts and tuples (a batch, a row, an
+    observation), the nest kept: a dict of the same type (gymnasium 0.29's OrderedDict stays
+    one), a tuple for a tuple."""
+    if isinstance(nest, dict):
+        out = {key: map_leaves(fn, item) for key, item in nest.items()}
+        return out if type(nest) is dict else type(nest)(out)
+    if isinstance(nest, tuple):
+        return tuple(map_leaves(fn, item) for item in nest)
+    return fn(nest)
+
+
+def nest_leaves(nest: Any) -> list[Any]:
+    """The leaves of a value nested in dicts and tuples, in order (for a nest built from a
+    space, :func:`walk` order)."""
+    if isinstance(nest, dict):
+        return [leaf for item in nest.values() for leaf in nest_leaves(item)]
+    if isinstance(nest, tuple):
+        return [leaf for item in nest for leaf in nest_leaves(item)]
+    return [nest]
 
 
 def filled(space: spaces.Space[Any], rows: tuple[int, ...], fill: float) -> Any:
@@ -444,7 +504,7 @@ def batch_setter(
 
     def store(actions: Any) -> Stored:
         check_batch_layout(space, actions, num_envs)  # never transpose per-env tuples
-        given = list(flatten_actions(space, actions, ()))
+        given = [leaf for _, _, leaf in leaves_of(space, actions)]
         targets: list[np.ndarray] = []
         odd = False
         for k, (spec, value) in enumerate(zip(leaves, given)):
@@ -541,39 +601,6 @@ def _check_device(tensor: Any, where: str) -> None:
             f"{where}: a torch tensor on device {tensor.device}; the workers read actions "
             "from shared memory on the CPU: move the batch there first, e.g. actions.cpu()"
         )
-
-
-def flatten_actions(
-    space: spaces.Space[Any], actions: Any, path: tuple[str | int, ...]
-) -> Iterator[Any]:
-    """The leaves of a batch of actions for ``space`` in ``leaf_specs`` order, the nest
-    checked on the way (``path``: where the batch sits, for the messages).
-
-    Raises:
-        TypeError: a Dict's batch that is not a dict, a Tuple's that is not a tuple or list of
-            the right length.
-        ValueError: a Dict's batch without one of its keys.
-    """
-    if isinstance(space, spaces.Dict):
-        if not isinstance(actions, dict):
-            raise TypeError(
-                f"actions{path_text(path)}: expected a dict with keys {list(space.spaces)}, "
-                f"got {type(actions).__name__}"
-            )
-        for key, sub in space.spaces.items():
-            if key not in actions:
-                raise ValueError(f"actions{path_text(path)}: missing key {key!r}")
-            yield from flatten_actions(sub, actions[key], (*path, key))
-    elif isinstance(space, spaces.Tuple):
-        if not isinstance(actions, (tuple, list)) or len(actions) != len(space.spaces):
-            raise TypeError(
-                f"actions{path_text(path)}: expected a tuple of {len(space.spaces)} batches, "
-                f"got {type(actions).__name__}"
-            )
-        for i, sub in enumerate(space.spaces):
-            yield from flatten_actions(sub, actions[i], (*path, i))
-    else:
-        yield actions
 
 
 def check_batch_layout(space: spaces.Space[Any], actions: Any, num_envs: int) -> None:

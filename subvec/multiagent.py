@@ -37,11 +37,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from subvec._agent_infos import RowInfos, leaf_map
+from subvec._agent_infos import RowInfos
 from subvec._agents import AgentRowsFactory
 from subvec._compat import AutoresetMode
 from subvec._front.async_stats import AsyncStats
@@ -49,7 +48,7 @@ from subvec._front.front import VectorFront
 from subvec._front.merge import merge_chunk_infos
 from subvec._front.setup import check_info_format
 from subvec._seeding import SeedArg
-from subvec._spaces import build_views
+from subvec._spaces import build_views, leaves_of, map_leaves, path_text
 from subvec.factory import VECTOR_KWARGS, backend_kwargs, check_kwargs
 
 __all__ = ["MULTIAGENT_KWARGS", "MultiAgentVectorEnv"]
@@ -64,26 +63,6 @@ _FIXED = {
 MULTIAGENT_KWARGS: tuple[str, ...] = tuple(
     k for k in VECTOR_KWARGS if k not in _FIXED and k not in ("autoreset_mode", "copy")
 )
-
-
-def _leaf_pairs(space: spaces.Space[Any], nest: Any, path: str = "") -> Iterable[tuple[str, Any]]:
-    """``(where, value)`` for each leaf of an action nest over ``space``."""
-    if isinstance(space, spaces.Dict):
-        if not isinstance(nest, dict) or set(nest) != set(space.spaces):
-            raise TypeError(
-                f"actions{path} must be a dict with keys {sorted(space.spaces)}, got "
-                f"{type(nest).__name__}"
-                + (f" with keys {sorted(nest)}" if isinstance(nest, dict) else "")
-            )
-        for k, sub in space.spaces.items():
-            yield from _leaf_pairs(sub, nest[k], f"{path}[{k!r}]")
-    elif isinstance(space, spaces.Tuple):
-        if not isinstance(nest, tuple) or len(nest) != len(space.spaces):
-            raise TypeError(f"actions{path} must be a tuple of {len(space.spaces)} batches")
-        for n, sub in enumerate(space.spaces):
-            yield from _leaf_pairs(sub, nest[n], f"{path}[{n}]")
-    else:
-        yield path, nest
 
 
 class MultiAgentVectorEnv(VectorEnv):
@@ -220,7 +199,7 @@ class MultiAgentVectorEnv(VectorEnv):
     def _flat(self, nest: Any, rows: int | None = None) -> Any:
         """``(n, A, ...)`` leaves as ``(n * A, ...)`` rows (views)."""
         rows = self.num_envs if rows is None else rows
-        return leaf_map(lambda a: a.reshape(rows, *a.shape[2:]), nest)
+        return map_leaves(lambda a: a.reshape(rows, *a.shape[2:]), nest)
 
     def env_and_agent(self, row: int) -> tuple[int, str]:
         """The ParallelEnv index and agent of ``row``."""
@@ -233,7 +212,8 @@ class MultiAgentVectorEnv(VectorEnv):
         n, a = self.num_parallel_envs if envs is None else envs, self.agents_per_env
         rows = n * a
         out: list[Any] = []  # the leaves, in the walk order build_views takes
-        for where, leaf in _leaf_pairs(self.single_action_space, actions):
+        for path, _, leaf in leaves_of(self.single_action_space, actions):
+            where = path_text(path)
             shape = getattr(leaf, "shape", None)
             if shape is None:
                 leaf = np.asarray(leaf)
@@ -254,7 +234,8 @@ class MultiAgentVectorEnv(VectorEnv):
         rows = n * a
         out: list[Any] = []  # the leaves, in the walk order build_views takes
         chunk: int | None = None
-        for where, leaf in _leaf_pairs(self.single_action_space, actions):
+        for path, _, leaf in leaves_of(self.single_action_space, actions):
+            where = path_text(path)
             leaf = np.asarray(leaf)
             if leaf.ndim < 2 or leaf.shape[0] != rows:
                 raise ValueError(
@@ -449,7 +430,7 @@ class MultiAgentVectorEnv(VectorEnv):
         for k in range(chunk):
             ran = row_steps > k
             sub_infos = [info["infos"][k] if steps[i] > k else {} for i, info in enumerate(listed)]
-            sub_obs = leaf_map(lambda leaf: leaf[:, k], obs)  # noqa: B023 (used at once)
+            sub_obs = map_leaves(lambda leaf: leaf[:, k], obs)  # noqa: B023 (used at once)
             _, r, te, tr, active, sub_events = self._row_step(sub_obs, sub_infos)
             rewards[:, k] = np.where(ran, r, 0.0)
             terms[:, k] = te & ran
@@ -470,11 +451,11 @@ class MultiAgentVectorEnv(VectorEnv):
         if env_ids is not None:
             self._name_envs(infos, env_ids)
         # the agents' observations, (n, K, A, ...) per leaf, as rows (n * A, K, ...)
-        row_obs = leaf_map(
+        row_obs = map_leaves(
             lambda leaf: leaf.swapaxes(1, 2).reshape(rows, chunk, *leaf.shape[3:]), obs["obs"]
         )
         if not all_obs:  # a stopped env's rows repeat its last executed sub-step's
-            row_obs = leaf_map(lambda leaf: leaf[:, -1].copy(), row_obs)
+            row_obs = map_leaves(lambda leaf: leaf[:, -1].copy(), row_obs)
         return row_obs, rewards, terms, truncs, infos
 
     # ---- asynchronous stepping, by ParallelEnv ------------------------------------------

@@ -46,7 +46,14 @@ from subvec._commands import PerEnv
 from subvec._compat import AutoresetMode
 from subvec._front.front import VectorFront
 from subvec._sb3_ops import Op, SB3EnvFactory, class_path, run_op
-from subvec._spaces import LeafSpec, build_views, is_shareable, leaf_specs, leaf_values
+from subvec._spaces import (
+    LeafSpec,
+    build_views,
+    is_shareable,
+    leaf_specs,
+    leaves_of,
+    path_text,
+)
 from subvec.factory import VECTOR_KWARGS, backend_kwargs, check_kwargs
 from subvec.vector import SubprocVectorEnv
 
@@ -227,7 +234,7 @@ class SubprocVecEnv(VecEnv):
         for action in per_env:
             if not _plain_nest(space, action):
                 return None
-            for column, spec, value in zip(columns, leaves, leaf_values(space, action)):
+            for column, spec, (_, _, value) in zip(columns, leaves, leaves_of(space, action)):
                 if spec.shape:
                     exact = type(value) is np.ndarray and value.dtype == spec.dtype
                 else:
@@ -370,31 +377,17 @@ class SubprocVecEnv(VecEnv):
 def _check_action(space: spaces.Space[Any], action: Any, where: str) -> None:
     """Refuse one env's action whose structure or shape does not fit ``space``: the block's
     checks do not see actions that travel by value, and DummyVecEnv would hand them on."""
-    if isinstance(space, spaces.Dict):
-        if not isinstance(action, Mapping):
-            raise TypeError(
-                f"{where}: expected a dict with keys {list(space.spaces)}, "
-                f"got {type(action).__name__}"
-            )
-        for key, sub in space.spaces.items():
-            if key not in action:
-                raise ValueError(f"{where}: missing key {key!r} of {space}")
-            _check_action(sub, action[key], f"{where}[{key!r}]")
-    elif isinstance(space, spaces.Tuple):
-        expected = f"{where}: expected a tuple of {len(space.spaces)} items for {space}"
-        if not isinstance(action, (tuple, list)):
-            raise TypeError(f"{expected}, got {type(action).__name__}")
-        if len(action) != len(space.spaces):
-            raise ValueError(f"{expected}, got {len(action)} items")
-        for i, sub in enumerate(space.spaces):
-            _check_action(sub, action[i], f"{where}[{i}]")
-    elif is_shareable(space):
+    for path, sub, leaf in leaves_of(space, action, where):
+        if not is_shareable(sub):
+            continue
         try:
-            shape = np.shape(action)
+            shape = np.shape(leaf)
         except ValueError:  # ragged nested lists
             shape = None
-        if shape != space.shape:
-            raise ValueError(f"{where}: expected shape {space.shape} for {space}, got {shape}")
+        if shape != sub.shape:
+            raise ValueError(
+                f"{where}{path_text(path)}: expected shape {sub.shape} for {sub}, got {shape}"
+            )
 
 
 def _plain_nest(space: spaces.Space[Any], action: Any) -> bool:

@@ -566,7 +566,7 @@ def test_nested_spaces_as_rows() -> None:
             assert (obs["pos"][~live] == -1).all() and (obs["last"][~live] == -1).all()
             assert term.tolist() == [False, t == 2, False] * 2
             assert trunc.tolist() == ([t == 4, False, t == 4] * 2)
-        with pytest.raises(TypeError, match=r"tuple of 2 batches"):
+        with pytest.raises(TypeError, match=r"actions: expected a tuple of 2 items"):
             envs.step(kind)
     finally:
         envs.close()

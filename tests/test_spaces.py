@@ -283,8 +283,8 @@ def test_batch_setter_of_one_leaf_copies_an_exact_array_and_checks_the_rest() ->
         (lambda a: {"flag": a["flag"], "pos": a["pos"]}, ValueError, "missing key 'inner'"),
         (
             lambda a: {**a, "inner": a["inner"][:1]},
-            TypeError,
-            r"actions\['inner'\]: expected a tuple of 2 batches",
+            ValueError,
+            r"actions\['inner'\]: expected a tuple of 2 items, got 1",
         ),
         (
             lambda a: {**a, "pos": a["pos"][:2]},

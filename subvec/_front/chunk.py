@@ -24,6 +24,7 @@ batch) and to the backend's chunk arrays, and none to the front itself.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
@@ -244,7 +245,7 @@ class ChunkStepper:
         actions :meth:`check` gave), given the chunk axis (views: a step's are fresh)."""
         obs, rewards, terms, truncs, infos = results
         if all_obs:
-            obs = _with_axis(obs)
+            obs = _spaces.map_leaves(lambda leaf: leaf[:, None], obs)
         if self.info_format == "list":
             infos = [{"chunk_steps": 1, "infos": [info]} for info in infos]
         else:
@@ -385,7 +386,7 @@ class ChunkStepper:
                 _assign_rows(obs_rows, ob, lo)
             for i, seen in sub_obs.items():
                 seen = seen + [seen[-1]] * (chunk - len(seen))
-                concatenate(space, seen, _row_view(obs_rows, i))
+                concatenate(space, seen, _spaces.map_leaves(operator.itemgetter(i), obs_rows))
         if lost_at:
             # Their rows from the sub-step they were lost at: the reset's observation.
             current = observations_out(obs_parts)
@@ -414,43 +415,14 @@ class _KeptLoad:
         self.per_unit = per_unit
 
 
-def _with_axis(batch: Any) -> Any:
-    """``batch`` (a nest of ``(n, ...)`` arrays) as ``(n, 1, ...)`` views."""
-    if isinstance(batch, dict):
-        return {k: _with_axis(v) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_with_axis(v) for v in batch)
-    return batch[:, None]
-
-
-def _row_view(batch: Any, i: int) -> Any:
-    if isinstance(batch, dict):
-        return {k: _row_view(v, i) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_row_view(v, i) for v in batch)
-    return batch[i]
-
-
 def _assign_rows(batch: Any, rows: Any, lo: int) -> None:
     """``batch[lo:lo + len(rows)] = rows``, leaf by leaf."""
-    if isinstance(batch, dict):
-        for key, value in batch.items():
-            _assign_rows(value, rows[key], lo)
-    elif isinstance(batch, tuple):
-        for value, part in zip(batch, rows):
-            _assign_rows(value, part, lo)
-    else:
-        batch[lo : lo + len(rows)] = rows
+    for leaf, part in zip(_spaces.nest_leaves(batch), _spaces.nest_leaves(rows)):
+        leaf[lo : lo + len(part)] = part
 
 
 def _fill_from(obs_rows: Any, current: Any, i: int, j: int) -> None:
     """Rows ``j..`` of env ``i`` in ``obs_rows`` (``(n, K, ...)``) set to its observation in
     ``current`` (``(n, ...)``)."""
-    if isinstance(obs_rows, dict):
-        for key, value in obs_rows.items():
-            _fill_from(value, current[key], i, j)
-    elif isinstance(obs_rows, tuple):
-        for value, part in zip(obs_rows, current):
-            _fill_from(value, part, i, j)
-    else:
-        obs_rows[i, j:] = current[i]
+    for leaf, now in zip(_spaces.nest_leaves(obs_rows), _spaces.nest_leaves(current)):
+        leaf[i, j:] = now[i]

@@ -30,6 +30,7 @@ from subvec._compat import (
     check_observation_mode as supported_observation_mode,
 )
 from subvec._slab import env_metadata
+from subvec._spaces import map_leaves
 
 __all__ = [
     "COMMAND_TIMEOUTS",
@@ -342,21 +343,11 @@ def batched_spaces(
 
 def copy_nest(obs: Any) -> Any:
     """A copy of a batch of observations: each array copied, anything else deep-copied."""
-    if isinstance(obs, np.ndarray):
-        return obs.copy()
-    if isinstance(obs, dict):
-        copied = {k: copy_nest(v) for k, v in obs.items()}
-        return copied if type(obs) is dict else type(obs)(copied)  # 0.29's OrderedDict
-    if isinstance(obs, tuple):
-        return tuple(copy_nest(v) for v in obs)
-    return deepcopy(obs)
+    return map_leaves(
+        lambda leaf: leaf.copy() if isinstance(leaf, np.ndarray) else deepcopy(leaf), obs
+    )
 
 
 def view_nest(obs: Any) -> Any:
     """A new view of each array of a batch in an observation slot (see _batch.ObsSlots)."""
-    if isinstance(obs, np.ndarray):
-        return obs.view()
-    if isinstance(obs, dict):
-        views = {k: view_nest(v) for k, v in obs.items()}
-        return views if type(obs) is dict else type(obs)(views)  # 0.29's OrderedDict
-    return tuple(view_nest(v) for v in obs)
+    return map_leaves(np.ndarray.view, obs)

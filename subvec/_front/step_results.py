@@ -30,6 +30,7 @@ from subvec._front.recycle import Recycler
 from subvec._front.results import final_obs_parts
 from subvec._front.setup import Timeouts
 from subvec._front.units import Units
+from subvec._spaces import map_leaves
 
 if TYPE_CHECKING:
     from subvec._front.exchange import LockstepExchange
@@ -189,20 +190,16 @@ STEP_IN_BLOCK, RESET_IN_BLOCK = InBlock(False), InBlock(True)
 
 def take_rows(batch: Any, ids: np.ndarray) -> Any:
     """The rows ``ids`` of every leaf of ``batch``, copied (an asynchronous batch)."""
-    if isinstance(batch, dict):
-        return {k: take_rows(v, ids) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(take_rows(v, ids) for v in batch)
-    return batch[ids]  # a fancy index: a copy
+    return map_leaves(lambda leaf: leaf[ids], batch)  # a fancy index: a copy
 
 
 def copy_row(batch: Any, i: int) -> Any:
     """Row ``i`` of every leaf of ``batch``, copied (one env's held result)."""
-    if isinstance(batch, dict):
-        return {k: copy_row(v, i) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(copy_row(v, i) for v in batch)
-    row = batch[i, ...]  # [i, ...]: a 0-d leaf stays an array, as SyncVectorEnv's iterate
+    return map_leaves(lambda leaf: _copied(leaf[i, ...]), batch)
+
+
+def _copied(row: Any) -> Any:
+    # [i, ...]: a 0-d leaf stays an array, as SyncVectorEnv's iterate
     return row.copy() if isinstance(row, np.ndarray) else row
 
 

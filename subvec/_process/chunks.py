@@ -225,7 +225,7 @@ def _sub_writer(
 ) -> Callable[[Any, int, int], None]:
     """``write(obs, i, k)``: env ``lo + i``'s observation after sub-step ``k``, written with
     the checks of a step's (``_spaces.row_writer``: shape, ``same_kind`` cast, the env named)."""
-    leaves = _leaves(obs)
+    leaves = _spaces.nest_leaves(obs)
     writers = [
         _spaces.row_writer(
             space, _spaces.build_views(space, iter([leaf[lo:hi, k] for leaf in leaves])), lo
@@ -233,14 +233,6 @@ def _sub_writer(
         for k in range(chunk)
     ]
     return lambda value, i, k: writers[k](value, i)
-
-
-def _leaves(nest: Any) -> list[np.ndarray]:
-    if isinstance(nest, dict):
-        return [leaf for value in nest.values() for leaf in _leaves(value)]
-    if isinstance(nest, tuple):
-        return [leaf for value in nest for leaf in _leaves(value)]
-    return [nest]
 
 
 class SharedChunkStore:
