@@ -332,9 +332,10 @@ def test_a_cascade_stops_passing_on_once_nobody_sleeps(bell: Bell) -> None:
         ({}, "pipes", "PartnerRound"),
         ({"spin_us": 50.0}, "pipes", "SpinRound"),
         ({"spin_us": 0.0}, "pipes", "PollRound"),
+        ({"max_concurrency": 1}, "pipes", "TurnsRound"),
         ({}, "futex", "BellExchange"),
     ],
-    ids=["partner", "spinning", "no_partner", "futex"],
+    ids=["partner", "spinning", "no_partner", "turns", "futex"],
 )
 def test_every_way_of_waiting_says_none_for_plain_answers(
     kwargs: dict[str, Any], wake: str, kind: str, monkeypatch: pytest.MonkeyPatch

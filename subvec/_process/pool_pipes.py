@@ -10,8 +10,9 @@ happens), for the pools whose workers do not serve the futex protocol (``pool_be
   commands written in send order, one sleep until the partner answers, and the replies read as
   bytes when every one is a plain OK (docs/decisions/0009-steady-state-step-path.md);
   :class:`SpinRound` where the parent busy-polls: the same writes and reads, the replies
-  looked for without sleeping; :class:`PollRound` otherwise (no partner, or turns): the
-  pool's ``send`` and :meth:`PipeWaits.gather`.
+  looked for without sleeping; :class:`PollRound` otherwise: the same writes
+  (:func:`write_frames`), then :meth:`PipeWaits.gather`; :class:`TurnsRound` with
+  ``max_active``: the pool's ``send``, which holds the later workers back for their turns.
 
 Each round trip returns None when every worker answered a plain OK (nothing to decode: the
 usual step), whatever the way of waiting; the futex protocol's (``BellExchange``) does the same.
@@ -43,7 +44,7 @@ from subvec._process.pool_workers import (
     read_reply,
 )
 
-__all__ = ["PartnerRound", "PipeWaits", "PollRound", "Round", "SpinRound"]
+__all__ = ["PartnerRound", "PipeWaits", "PollRound", "Round", "SpinRound", "TurnsRound"]
 
 #: the pool's ``send`` (a command to every worker, the partner last, in turns where it applies)
 Send = Callable[..., None]
@@ -108,15 +109,15 @@ class PipeWaits:
 
     def round(self, send: Send, order: Sequence[Worker]) -> Round:
         """The per-step round trip for the workers as they are (kept in :attr:`bound`):
-        :class:`PollRound` with turns, :class:`SpinRound` where the parent spins,
+        :class:`TurnsRound` with turns, :class:`SpinRound` where the parent spins,
         :class:`PartnerRound` where it sleeps on a partner, :class:`PollRound` otherwise.
         ``send`` is the pool's, ``order`` its send order."""
         if self.max_active is not None:
-            self.bound = PollRound(self, send)
+            self.bound = TurnsRound(self, send)
         elif self.spin_s:
             self.bound = SpinRound(self, order)
         elif self.partner is None:
-            self.bound = PollRound(self, send)
+            self.bound = PollRound(self, order)
         else:
             self.bound = PartnerRound(self, order)
         return self.bound
@@ -381,8 +382,35 @@ class PipeWaits:
 
 
 class PollRound:
-    """The pipes' round trip through the pool's ``send`` and :meth:`PipeWaits.gather` (which
-    busy-polls first when the pool spins, and takes turns with ``max_active``).
+    """The pipes' round trip where the parent neither spins nor sleeps on a partner: the
+    commands written by :func:`write_frames`, then :meth:`PipeWaits.gather`.
+
+    Args:
+        waits: the pool's waits.
+        order: the pool's send order.
+    """
+
+    def __init__(self, waits: PipeWaits, order: Sequence[Worker]) -> None:
+        self.waits = waits
+        self.order = list(order)
+
+    def exchange(
+        self, command: Command, payload: bytes, timeout: float | None, what: str, stop: bool
+    ) -> Gathered | None:
+        """See :class:`Round`."""
+        write_frames(self.order, command, payload)
+        return self.gather_all(timeout, what, stop)
+
+    def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
+        """See :class:`Round`."""
+        waits = self.waits
+        return plain_or(*waits.gather(waits.resources.workers, timeout, what, stop))
+
+
+class TurnsRound(PollRound):
+    """The pipes' round trip with ``max_active``: the pool's ``send`` holds the workers past
+    the first ``max_active`` back, and :meth:`PipeWaits.gather` sends each its turn as an
+    earlier one answers.
 
     Args:
         waits: the pool's waits.
@@ -390,7 +418,7 @@ class PollRound:
     """
 
     def __init__(self, waits: PipeWaits, send: Send) -> None:
-        self.waits = waits
+        super().__init__(waits, ())
         self.send = send
 
     def exchange(
@@ -399,11 +427,6 @@ class PollRound:
         """See :class:`Round`."""
         self.send(command, payload, encoded=True)
         return self.gather_all(timeout, what, stop)
-
-    def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
-        """See :class:`Round`."""
-        waits = self.waits
-        return plain_or(*waits.gather(waits.resources.workers, timeout, what, stop))
 
 
 class PartnerRound:
@@ -441,17 +464,7 @@ class PartnerRound:
         self, command: Command, payload: bytes, timeout: float | None, what: str, stop: bool
     ) -> Gathered | None:
         """See :class:`Round`."""
-        write, pack = os.write, proto.HEADER.pack
-        for w in self.order:
-            seq = w.seq = w.seq + 1
-            w.expected = seq
-            try:
-                if payload:
-                    proto.write_frame(w.cmd_fd, command, seq, payload)
-                else:
-                    write(w.cmd_fd, pack(0, command, seq))
-            except OSError:
-                pass  # EPIPE: as in PipeWaits.write
+        write_frames(self.order, command, payload)
         return self.gather_all(timeout, what, stop)
 
     def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
@@ -505,6 +518,23 @@ class SpinRound(PartnerRound):
                 return gather_after_quick_read(waits, None, b"", timeout, what, stop, deadline)
         waits.waited(clock() - started)
         return self.read_all(timeout, what, stop, deadline)
+
+
+def write_frames(order: Sequence[Worker], command: Command, payload: bytes) -> None:
+    """Frame ``command`` (``payload`` after its header) to each worker of ``order`` in turn;
+    each one's reply to it is the one awaited from now on: :meth:`PipeWaits.write` for a whole
+    round, its lookups made once (a frame with no payload is its header alone)."""
+    write, pack = os.write, proto.HEADER.pack
+    for w in order:
+        seq = w.seq = w.seq + 1
+        w.expected = seq
+        try:
+            if payload:
+                proto.write_frame(w.cmd_fd, command, seq, payload)
+            else:
+                write(w.cmd_fd, pack(0, command, seq))
+        except OSError:
+            pass  # EPIPE: as in PipeWaits.write
 
 
 def plain_or(replies: dict[int, Reply], failures: list[Failure]) -> Gathered | None:
