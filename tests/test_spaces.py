@@ -19,6 +19,9 @@ from subvec._spaces import (
     build_views,
     is_shareable,
     leaf_specs,
+    leaves_of,
+    map_leaves,
+    nest_leaves,
     row_reader,
     row_writer,
 )
@@ -135,6 +138,58 @@ def test_leaves_match_gymnasiums_batch_and_build_views_rebuilds_it(name: str) ->
 
     walk(views)
     assert len(flat) == len(leaves) and all(a is b for a, b in zip(flat, leaves))
+
+
+# --- leaves_of, map_leaves, nest_leaves ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(SHAREABLE))
+def test_the_walkers_list_a_batch_in_leaf_specs_order(name: str) -> None:
+    space = SHAREABLE[name]
+    leaves = [
+        np.full((N, *spec.shape), k, dtype=spec.dtype) for k, spec in enumerate(leaf_specs(space))
+    ]
+    batch = build_views(space, iter(leaves))
+    walked = list(leaves_of(space, batch))
+    assert [path for path, _, _ in walked] == [spec.path for spec in leaf_specs(space)]
+    assert all(got is want for (_, _, got), want in zip(walked, leaves))
+    assert all(got is want for got, want in zip(nest_leaves(batch), leaves))
+    # map_leaves keeps the nest as gymnasium builds it (its dict type too): rows 2 and 0
+    # taken leaf by leaf are gymnasium's batch of those two envs' values
+    rows = map_leaves(lambda leaf: leaf[[2, 0]], batch)
+    per_env = list(iterate(batch_space(space, N), batch))
+    assert_same(rows, concatenate(space, [per_env[2], per_env[0]], create_empty_array(space, 2)))
+    assert type(rows) is type(batch)
+
+
+def test_leaves_of_names_where_a_nest_does_not_fit_its_space() -> None:
+    good = {"pos": 1, "flag": 2, "inner": (3, 4)}
+    assert [v for _, _, v in leaves_of(NEST, good)] == [2, 3, 4, 1]
+    cases = [
+        (
+            [1, 2],
+            TypeError,
+            r"^actions: expected a dict with keys \['flag', 'inner', 'pos'\], got list$",
+        ),
+        ({"pos": 1, "inner": (3, 4)}, ValueError, r"^actions: missing key 'flag'$"),
+        (
+            {**good, "inner": 3},
+            TypeError,
+            r"^actions\['inner'\]: expected a tuple of 2 items, got int$",
+        ),
+        (
+            {**good, "inner": (3,)},
+            ValueError,
+            r"^actions\['inner'\]: expected a tuple of 2 items, got 1$",
+        ),
+    ]
+    for value, error, match in cases:
+        with pytest.raises(error, match=match):
+            list(leaves_of(NEST, value))
+    with pytest.raises(ValueError, match=r"^actions\[4\]: missing key 'flag'$"):
+        list(leaves_of(NEST, {"pos": 1}, "actions[4]"))
+    # extra keys are passed over (as gymnasium's iterate does), a list stands for a tuple
+    assert [v for _, _, v in leaves_of(NEST, {**good, "inner": [3, 4], "x": 9})] == [2, 3, 4, 1]
 
 
 # --- row_writer and row_reader ------------------------------------------------------------

@@ -10,8 +10,8 @@ happens), for the pools whose workers do not serve the futex protocol (``pool_be
   commands written in send order, one sleep until the partner answers, and the replies read as
   bytes when every one is a plain OK (docs/decisions/0009-steady-state-step-path.md);
   :class:`SpinRound` where the parent busy-polls: the same writes and reads, the replies
-  looked for without sleeping; :class:`PollRound` otherwise: the same writes
-  (:func:`write_frames`), then :meth:`PipeWaits.gather`; :class:`TurnsRound` with
+  looked for without sleeping; :class:`PollRound` otherwise: the same writes (the rounds
+  share :meth:`PollRound.exchange`), then :meth:`PipeWaits.gather`; :class:`TurnsRound` with
   ``max_active``: the pool's ``send``, which holds the later workers back for their turns.
 
 Each round trip returns None when every worker answered a plain OK (nothing to decode: the
@@ -383,7 +383,9 @@ class PipeWaits:
 
 class PollRound:
     """The pipes' round trip where the parent neither spins nor sleeps on a partner: the
-    commands written by :func:`write_frames`, then :meth:`PipeWaits.gather`.
+    commands written in send order (the frames of :meth:`PipeWaits.write`, its lookups made
+    once a round; a frame without a payload is its header alone), then
+    :meth:`PipeWaits.gather`. The other rounds write as this one does.
 
     Args:
         waits: the pool's waits.
@@ -398,7 +400,17 @@ class PollRound:
         self, command: Command, payload: bytes, timeout: float | None, what: str, stop: bool
     ) -> Gathered | None:
         """See :class:`Round`."""
-        write_frames(self.order, command, payload)
+        write, pack = os.write, proto.HEADER.pack
+        for w in self.order:
+            seq = w.seq = w.seq + 1
+            w.expected = seq
+            try:
+                if payload:
+                    proto.write_frame(w.cmd_fd, command, seq, payload)
+                else:
+                    write(w.cmd_fd, pack(0, command, seq))
+            except OSError:
+                pass  # EPIPE: as in PipeWaits.write
         return self.gather_all(timeout, what, stop)
 
     def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
@@ -429,7 +441,7 @@ class TurnsRound(PollRound):
         return self.gather_all(timeout, what, stop)
 
 
-class PartnerRound:
+class PartnerRound(PollRound):
     """The pipes' round trip with a partner, kept until the workers change
     (:meth:`PipeWaits.forget_workers`) or its poll objects do.
 
@@ -450,22 +462,14 @@ class PartnerRound:
     """
 
     def __init__(self, waits: PipeWaits, order: Sequence[Worker]) -> None:
-        self.waits = waits
+        super().__init__(waits, order)
         self.workers = list(waits.resources.workers)
-        self.order = list(order)
         self.partner_poll = waits.partner_poller(self.workers[waits.partner or 0]).poll
         poller, by_fd = waits.full_poller()
         self.full_poll = poller.poll
         # What the full poll returns when every reply is in and nothing else happened (poll
         # lists fds in registration order; any other order only costs the slower path).
         self.all_ready = [(fd, select.POLLIN) for fd, (_, is_reply) in by_fd.items() if is_reply]
-
-    def exchange(
-        self, command: Command, payload: bytes, timeout: float | None, what: str, stop: bool
-    ) -> Gathered | None:
-        """See :class:`Round`."""
-        write_frames(self.order, command, payload)
-        return self.gather_all(timeout, what, stop)
 
     def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
         """See :class:`Round`."""
@@ -518,23 +522,6 @@ class SpinRound(PartnerRound):
                 return gather_after_quick_read(waits, None, b"", timeout, what, stop, deadline)
         waits.waited(clock() - started)
         return self.read_all(timeout, what, stop, deadline)
-
-
-def write_frames(order: Sequence[Worker], command: Command, payload: bytes) -> None:
-    """Frame ``command`` (``payload`` after its header) to each worker of ``order`` in turn;
-    each one's reply to it is the one awaited from now on: :meth:`PipeWaits.write` for a whole
-    round, its lookups made once (a frame with no payload is its header alone)."""
-    write, pack = os.write, proto.HEADER.pack
-    for w in order:
-        seq = w.seq = w.seq + 1
-        w.expected = seq
-        try:
-            if payload:
-                proto.write_frame(w.cmd_fd, command, seq, payload)
-            else:
-                write(w.cmd_fd, pack(0, command, seq))
-        except OSError:
-            pass  # EPIPE: as in PipeWaits.write
 
 
 def plain_or(replies: dict[int, Reply], failures: list[Failure]) -> Gathered | None:
