@@ -377,6 +377,7 @@ def test_hung_actor_is_replaced_under_restart() -> None:
         assert "did not answer within 1.0s" in envs.restarts[0].reason
 
 
+@pytest.mark.slow  # a failure case: out of the quick loop, in CI's slow leg
 def test_worker_dying_inside_an_actor_raises_naming_its_envs() -> None:
     fns = crash_fns(4, crash_at=2, how="exit")
     with RayEnvs(fns, on_worker_failure="raise") as envs:
@@ -533,6 +534,7 @@ def test_make_vec_with_the_ray_backend_matches_gymnasium() -> None:
         subvec.make_vec("CartPole-v1", 2, backend="ray", num_workers=2)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_sb3_face_on_the_ray_backend_matches_dummy_vec_env() -> None:
     sb3 = pytest.importorskip("stable_baselines3")
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -584,6 +586,7 @@ def test_benchmark_runs_tiny_and_writes_its_table(tmp_path: Any) -> None:
     assert ray.is_initialized()  # the module's Ray: used, not shut down
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_starts.py, test_gpus.py)
 def test_worker_env_and_build_retries_reach_the_workers_inside_the_actors(tmp_path: Any) -> None:
     from tests.start_envs import StartRecorder
 
@@ -672,6 +675,7 @@ def test_async_chunks_match_sync_per_env_with_one_actor_call_per_set(mode: Autor
         check_async_chunks(envs, fns, mode, [[0, 2], [1, 3]], rounds=4)
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_killed_actor_mid_chunk_comes_back_truncated_at_sub_step_zero() -> None:
     with RayEnvs([make_zoo("box_f32")] * 4, on_worker_failure="restart") as envs:
         envs.reset(seed=0)
@@ -684,6 +688,7 @@ def test_killed_actor_mid_chunk_comes_back_truncated_at_sub_step_zero() -> None:
         assert len(envs.restarts) == 1
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 def test_killed_actor_mid_async_chunk_comes_back_truncated_and_the_other_set_runs() -> None:
     with RayEnvs([make_zoo("box_f32")] * 4, on_worker_failure="restart") as envs:
         envs.async_reset(seed=0)
@@ -714,6 +719,7 @@ def test_per_env_call_arguments_reach_the_envs_of_each_actor() -> None:
     vla_checks.check_per_env_call_arguments(RayEnvs)
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_sb3.py)
 def test_sb3_env_method_takes_per_env_arguments_on_ray() -> None:
     vla_checks.check_sb3_env_method_per_env(backend="ray", num_actors=2, local_workers=1)
 
@@ -734,6 +740,7 @@ def test_hung_step_and_chunk_raise_within_their_bounds_on_ray() -> None:
     vla_checks.check_hung_step_and_chunk_raise(RayEnvs)
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
 def test_freeze_step_against_single_envs_and_masked_reset_on_ray() -> None:
     vla_checks.check_freeze_step_and_masked_reset(RayEnvs)
 
@@ -743,6 +750,7 @@ def test_freeze_chunks_against_single_envs_on_ray() -> None:
     vla_checks.check_freeze_chunks(RayEnvs)
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_vla.py)
 def test_freeze_send_recv_against_single_envs_on_ray() -> None:
     vla_checks.check_freeze_send_recv(RayEnvs)
 
@@ -796,6 +804,7 @@ def test_a_resume_that_fails_stays_suspended_on_ray(tmp_path: Path) -> None:
     vla_checks.check_resume_that_fails_stays_suspended(RayEnvs, str(tmp_path / "cannot-start"))
 
 
+@pytest.mark.slow  # the process backend runs it by default (tests/test_multiagent.py)
 @pytest.mark.timeout(120)
 def test_agents_as_rows_on_ray_actors() -> None:
     """subvec.multiagent over the Ray backend: the rows equal the serial loop's."""
@@ -807,6 +816,7 @@ def test_agents_as_rows_on_ray_actors() -> None:
     assert seen["departed"] > 10 and seen["finals"] == seen["departed"]
 
 
+@pytest.mark.slow  # several seconds: out of the quick loop, in CI's slow leg
 @pytest.mark.timeout(120)
 def test_agents_as_rows_by_group_poll_and_deadline_on_ray(tmp_path: Path) -> None:
     pytest.importorskip("pettingzoo")
