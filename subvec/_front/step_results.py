@@ -195,11 +195,11 @@ def take_rows(batch: Any, ids: np.ndarray) -> Any:
 
 def copy_row(batch: Any, i: int) -> Any:
     """Row ``i`` of every leaf of ``batch``, copied (one env's held result)."""
+    # [i, ...]: a 0-d leaf's row stays an array, as SyncVectorEnv's iterate hands it out
     return map_leaves(lambda leaf: _copied(leaf[i, ...]), batch)
 
 
 def _copied(row: Any) -> Any:
-    # [i, ...]: a 0-d leaf stays an array, as SyncVectorEnv's iterate
     return row.copy() if isinstance(row, np.ndarray) else row
 
 
