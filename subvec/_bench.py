@@ -329,7 +329,7 @@ def _summary(results: Sequence[dict[str, float]]) -> dict[str, float]:
 #: above this 1-minute load average per usable CPU before a run, other work shares the CPUs
 BUSY_LOAD_PER_CPU = 0.5
 #: above this spread between a configuration's repeats, its median is not to be trusted
-UNSTEADY_SPREAD = 0.2
+SCATTERED_SPREAD = 0.2
 
 
 def reliability_warnings(
@@ -355,15 +355,15 @@ def reliability_warnings(
             "stop other jobs, wait until `uptime` shows a load under "
             f"{BUSY_LOAD_PER_CPU * cpus:g}, and rerun."
         )
-    unsteady = [r for r in rows if r.get("spread", 0.0) > UNSTEADY_SPREAD]
-    if unsteady:
+    scattered = [r for r in rows if r.get("spread", 0.0) > SCATTERED_SPREAD]
+    if scattered:
         names = ", ".join(
             IMPLEMENTATIONS.get(r["impl"], r["impl"])
             if label == "impl"
             else _layout_text(r["options"])
-            for r in unsteady
+            for r in scattered
         )
-        worst = max(r["spread"] for r in unsteady)
+        worst = max(r["spread"] for r in scattered)
         warnings.append(
             f"repeats differed by up to {worst:.0%} of their median ({names}): the machine's "
             "speed moved during the run. Rerun with more repeats (--repeats 5) on a quiet "

@@ -247,13 +247,13 @@ def test_the_best_layout_line_names_only_what_to_set() -> None:
     assert best == "best: SubprocVectorEnv(..., envs_per_worker=2, spin_us=0): 5,000 env-steps/s"
 
 
-def test_a_busy_machine_or_unsteady_repeats_are_warned_of() -> None:
-    steady = {"impl": "subvec", "steps_per_s": 100.0, "spread": 0.05}
-    unsteady = {"impl": "async", "steps_per_s": 100.0, "spread": 0.4}
-    assert _bench.reliability_warnings([steady], load_before=0.2, cpus=2) == []
-    (busy,) = _bench.reliability_warnings([steady], load_before=3.0, cpus=2)
+def test_a_busy_machine_or_scattered_repeats_are_warned_of() -> None:
+    settled = {"impl": "subvec", "steps_per_s": 100.0, "spread": 0.05}
+    scattered = {"impl": "async", "steps_per_s": 100.0, "spread": 0.4}
+    assert _bench.reliability_warnings([settled], load_before=0.2, cpus=2) == []
+    (busy,) = _bench.reliability_warnings([settled], load_before=3.0, cpus=2)
     assert "3.00 on 2 usable CPU(s)" in busy and "under 1" in busy
-    (spread,) = _bench.reliability_warnings([steady, unsteady], load_before=0.2, cpus=2)
+    (spread,) = _bench.reliability_warnings([settled, scattered], load_before=0.2, cpus=2)
     assert "40%" in spread and "gymnasium AsyncVectorEnv" in spread and "--repeats" in spread
     layout = {"options": {"envs_per_worker": 4, "spin_us": None}, "spread": 0.3}
     (spread,) = _bench.reliability_warnings([layout], 0.0, 2, label="options")
