@@ -21,8 +21,8 @@ from subvec._spaces import (
     leaves_of,
     path_text,
     row_reader,
-    tensor_as_array,
 )
+from subvec._tensors import tensor_as_array
 
 __all__ = ["ChunkBatch", "ChunkChecker", "chunk_actions", "chunk_reader"]
 

@@ -31,6 +31,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from subvec._compat import BatchDict
+from subvec._tensors import tensor_as_array
 
 __all__ = [
     "BY_VALUE",
@@ -50,7 +51,6 @@ __all__ = [
     "path_text",
     "row_reader",
     "row_writer",
-    "tensor_as_array",
     "walk",
     "without_tensors",
 ]
@@ -324,41 +324,6 @@ class ObsSplit:
         ]
 
 
-# --- torch actions ------------------------------------------------------------------------
-
-
-def tensor_as_array(value: Any, dtype: np.dtype[Any], where: str) -> np.ndarray | None:
-    """A CPU torch tensor as a numpy array sharing its memory, to be stored in ``dtype``;
-    None when ``value`` is no tensor. torch is never imported here: a tensor can only exist
-    once its caller has imported it.
-
-    Args:
-        value: one leaf of a batch of actions.
-        dtype: the action space's dtype, which the workers will read the batch in.
-        where: the leaf, for error messages.
-
-    Raises:
-        ValueError: the tensor is on another device than the CPU (the workers read actions
-            from shared memory, which a GPU does not write).
-        TypeError: its dtype does not cast to ``dtype`` (``same_kind``, e.g. floats for a
-            Discrete space).
-    """
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(value, torch.Tensor):
-        return None
-    _check_device(value, where)
-    tensor = value.detach()
-    if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16
-        tensor = tensor.float()
-    array: np.ndarray = tensor.resolve_conj().resolve_neg().numpy()
-    if not np.can_cast(array.dtype, dtype, "same_kind"):
-        raise TypeError(
-            f"{where}: a torch tensor of dtype {value.dtype} cannot be cast to the action "
-            f"space's dtype {dtype} (same_kind casting); convert the batch first"
-        )
-    return array
-
-
 # --- worker side: write one env's observation, read one env's action -----------------------
 
 
@@ -593,14 +558,6 @@ def _untensor(space: spaces.Space[Any], actions: Any, path: Path) -> Any:
         return actions
     array = tensor_as_array(actions, np.dtype(space.dtype), f"actions{path_text(path)}")
     return actions if array is None else array.astype(space.dtype, copy=False)
-
-
-def _check_device(tensor: Any, where: str) -> None:
-    if tensor.device.type != "cpu":
-        raise ValueError(
-            f"{where}: a torch tensor on device {tensor.device}; the workers read actions "
-            "from shared memory on the CPU: move the batch there first, e.g. actions.cpu()"
-        )
 
 
 def check_batch_layout(space: spaces.Space[Any], actions: Any, num_envs: int) -> None:

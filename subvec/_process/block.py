@@ -39,6 +39,7 @@ from subvec._process import wake as _wake
 from subvec._process.shm import BlockLayout, has_free_space
 from subvec._process.wire import AttachSpec
 from subvec._slab_records import SlabArrays, final_obs_store
+from subvec._tensors import tensor_as_array
 
 __all__ = [
     "ACTION_ITEMSIZE",
@@ -327,7 +328,7 @@ def _row_setter(regions: ActionRegions) -> Callable[[np.ndarray, Any], bool] | N
     def store_rows(env_ids: np.ndarray, actions: Any) -> bool:
         if type(actions) is not np.ndarray:
             # A CPU torch tensor goes in the space's dtype, as in a lock-step batch
-            tensor = _spaces.tensor_as_array(actions, dtype, "actions")
+            tensor = tensor_as_array(actions, dtype, "actions")
             if tensor is None or tensor.shape != (len(env_ids), *shape):
                 return False
             target[env_ids] = tensor
