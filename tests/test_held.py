@@ -15,9 +15,9 @@ from gymnasium import spaces
 from subvec._batch import BatchViews, PlainChunkStore
 from subvec._commands import Status
 from subvec._compat import AutoresetMode
-from subvec._front.async_chunks import ChunkEnvResult, ChunkInBlock, ChunkWork
+from subvec._front.async_chunks import ChunkWork
 from subvec._front.ended import EndedEnvs
-from subvec._front.held import HeldResults
+from subvec._front.held import EnvResult, HeldResults, InRows
 from subvec._front.observations import ObservationBatch
 
 N = 4
@@ -80,7 +80,7 @@ def test_a_plain_chunk_answer_is_held_in_its_rows_and_gathered_from_them() -> No
     work = _work(store, 3, [0, 1, 2, 3])
     _answer(work, observations, [0, 1, 2, 3], 100.0)
     held.hold(UNIT, [0, 1, 2, 3], False, work, PLAIN)  # type: ignore[arg-type]
-    assert all(type(h) is ChunkInBlock for h in held.ready.values())
+    assert all(type(h) is InRows for h in held.ready.values())
     assert ended.ids() == [1]  # its last sub-step terminated: read from the rows at once
     obs, rewards, terms, truncs, infos = held.take([2, 1], np.array([2, 1]))
     np.testing.assert_array_equal(rewards, [[120, 121, 122], [110, 111, 112]])
@@ -100,9 +100,9 @@ def test_a_held_chunk_is_copied_out_before_arrays_of_another_k(next_k: int) -> N
     held.hold(UNIT, [0, 1], False, first, PLAIN)  # type: ignore[arg-type]
     held.take([0], np.array([0]))
     held.release_chunk_rows((3, False))  # the same shape: nothing to copy
-    assert type(held.ready[1]) is ChunkInBlock
+    assert type(held.ready[1]) is InRows
     held.release_chunk_rows((next_k, False))
-    assert type(held.ready[1]) is ChunkEnvResult
+    assert type(held.ready[1]) is EnvResult
     # env 0's chunk of the other K: in the same buffer, its rows cover env 1's old ones
     second = _work(store, next_k, [0])
     _answer(second, observations, [0], 500.0)
@@ -111,14 +111,14 @@ def test_a_held_chunk_is_copied_out_before_arrays_of_another_k(next_k: int) -> N
     assert infos["chunk_steps"].tolist() == [3]
 
 
-def test_materialised_and_in_block_chunks_batch_together() -> None:
+def test_materialised_and_in_rows_chunks_batch_together() -> None:
     held, observations, _ = _held()
     store = PlainChunkStore(N)
     work = _work(store, 2, [0, 1, 2])
     _answer(work, observations, [0, 1, 2], 0.0)
     held.hold(UNIT, [0, 1, 2], False, work, PLAIN)  # type: ignore[arg-type]
     held.materialise([1])  # as before a restart rewrites its unit's rows
-    assert type(held.ready[1]) is ChunkEnvResult and type(held.ready[0]) is ChunkInBlock
+    assert type(held.ready[1]) is EnvResult and type(held.ready[0]) is InRows
     observations[1] = -1.0  # what the restart would write: the copy is kept
     obs, rewards, _, _, _ = held.take([0, 1, 2], np.array([0, 1, 2]))
     np.testing.assert_array_equal(rewards, [[0, 1], [10, 11], [20, 21]])

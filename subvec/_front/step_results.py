@@ -6,23 +6,17 @@ final observations in their places, the observation batch, the infos merged in e
 copies of the flags and rewards. It holds the batch arrays it reads, and reads the restart
 flags of the exchange (their writer); it holds no reference to the front.
 
-The asynchronous engine's results are here too: each env's held result (:class:`EnvResult`,
-or :data:`STEP_IN_BLOCK` where it is all in the env's rows), and the batch ``recv`` returns
-of them (:func:`batch_of`, :func:`take_rows`), which ``_front.held`` holds and hands out.
+The asynchronous engine's results are held and handed out by ``_front.held``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gymnasium import Space
-from gymnasium.vector.utils import concatenate, create_empty_array
 
 from subvec._batch import BatchViews
-from subvec._commands import UnitReply
 from subvec._front.ended import EndedEnvs
 from subvec._front.merge import InfoMerger, Part
 from subvec._front.observations import ObservationBatch
@@ -30,21 +24,11 @@ from subvec._front.recycle import Recycler
 from subvec._front.results import final_obs_parts
 from subvec._front.setup import Timeouts
 from subvec._front.units import Units
-from subvec._spaces import map_leaves
 
 if TYPE_CHECKING:
     from subvec._front.exchange import LockstepExchange
 
-__all__ = [
-    "RESET_IN_BLOCK",
-    "STEP_IN_BLOCK",
-    "EnvResult",
-    "InBlock",
-    "StepResults",
-    "batch_of",
-    "copy_row",
-    "take_rows",
-]
+__all__ = ["StepResults"]
 
 
 class StepResults:
@@ -155,69 +139,3 @@ class StepResults:
         """Drop the references to the block's arrays (a shared block unmaps without them)."""
         for name in ("rewards", "terminations", "truncations", "final_obs_rows"):
             self.__dict__.pop(name, None)
-
-
-# --- asynchronous batches --------------------------------------------------------------
-
-
-@dataclass
-class EnvResult:
-    """One env's result, copied out of the batch arrays when its unit answered."""
-
-    obs: Any
-    reward: float
-    terminated: bool
-    truncated: bool
-    events: list[dict[str, Any]] = field(default_factory=list)
-    error: BaseException | None = None
-    restarted: bool = False
-
-
-class InBlock:
-    """A held result that is all in its env's rows of the batch arrays (a plain OK: no infos,
-    no error). Nothing overwrites those rows until ``recv`` returns it, since an env is sent
-    nothing new before then, so ``recv`` gathers such results with one fancy index per array
-    instead of copying each env's row out when its unit answers."""
-
-    __slots__ = ("reset",)
-
-    def __init__(self, reset: bool) -> None:
-        self.reset = reset
-
-
-STEP_IN_BLOCK, RESET_IN_BLOCK = InBlock(False), InBlock(True)
-
-
-def take_rows(batch: Any, ids: np.ndarray) -> Any:
-    """The rows ``ids`` of every leaf of ``batch``, copied (an asynchronous batch)."""
-    return map_leaves(lambda leaf: leaf[ids], batch)  # a fancy index: a copy
-
-
-def copy_row(batch: Any, i: int) -> Any:
-    """Row ``i`` of every leaf of ``batch``, copied (one env's held result)."""
-    # [i, ...]: a 0-d leaf's row stays an array, as SyncVectorEnv's iterate hands it out
-    return map_leaves(lambda leaf: _copied(leaf[i, ...]), batch)
-
-
-def _copied(row: Any) -> Any:
-    return row.copy() if isinstance(row, np.ndarray) else row
-
-
-def batch_of(
-    space: Space[Any], results: Sequence[EnvResult], merger: InfoMerger
-) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
-    """The batch of held ``results`` (in their order) under the single observation
-    ``space``, the infos merged by ``merger`` as SyncVectorEnv would."""
-    k = len(results)
-    out = create_empty_array(space, n=k, fn=np.zeros)
-    obs = concatenate(space, [r.obs for r in results], out) if k else out  # type: ignore[arg-type]
-    rewards = np.array([r.reward for r in results], dtype=np.float64)
-    terminations = np.array([r.terminated for r in results], dtype=np.bool_)
-    truncations = np.array([r.truncated for r in results], dtype=np.bool_)
-    parts = [
-        (row, UnitReply([(0, e) for e in r.events], None))
-        for row, r in enumerate(results)
-        if r.events
-    ]
-    restarted = [row for row, r in enumerate(results) if r.restarted]
-    return obs, rewards, terminations, truncations, merger.merge(parts, restarted)

@@ -34,17 +34,16 @@ from subvec._backend import Backend, Failure, Outcome
 from subvec._batch import BatchViews
 from subvec._commands import Command, Status, StepEnvsPayload
 from subvec._compat import AutoresetMode
-from subvec._front.async_chunks import ChunkWork, describe_shapes, restarted_chunk
+from subvec._front.async_chunks import ChunkWork, describe_shapes
 from subvec._front.async_stats import AsyncRecorder
 from subvec._front.calls import checked_env_ids
 from subvec._front.chunk import ChunkStepper
 from subvec._front.ended import EndedEnvs
-from subvec._front.held import HeldResults, shape_of
+from subvec._front.held import EnvResult, HeldResults, restarted_chunk
 from subvec._front.observations import ObservationBatch
 from subvec._front.options import EnvResetOptions, ResetOptions
 from subvec._front.recovery import FailurePolicy
 from subvec._front.results import events_by_env, obs_by_env
-from subvec._front.step_results import EnvResult
 from subvec._front.units import Units
 from subvec._seeding import SeedArg
 from subvec._spaces import per_env_actions, without_tensors
@@ -421,9 +420,9 @@ class AsyncEngine:
         chosen = order[:most]
         if chosen and self._chunks_sent:
             ready = self._ready
-            shape = shape_of(ready[chosen[0]])
-            if any(shape_of(ready[e]) != shape for e in chosen[1:]):
-                chosen = [e for e in order if shape_of(ready[e]) == shape][:most]
+            shape = ready[chosen[0]].shape
+            if any(ready[e].shape != shape for e in chosen[1:]):
+                chosen = [e for e in order if ready[e].shape == shape][:most]
         return chosen
 
     def _one_shape(self, ids: Sequence[int], method: str) -> None:
@@ -437,7 +436,7 @@ class AsyncEngine:
             return
         shapes: dict[Any, list[int]] = {}
         for env in ids:
-            shapes.setdefault(shape_of(self._ready[env]), []).append(env)
+            shapes.setdefault(self._ready[env].shape, []).append(env)
         if len(shapes) > 1:
             raise ValueError(
                 f"{method}: the results held are of different shapes ({describe_shapes(shapes)}); "
