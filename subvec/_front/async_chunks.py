@@ -5,6 +5,8 @@
                       arrays it runs in, and its actions (in those arrays' rows, or by value);
                       each unit of its envs gets one STEP_ENVS of K sub-steps for them
     ended_at_last     whether a chunk row's last executed sub-step ended its episode
+    cut_short         a chunk row a restart cut short at the sub-step it was lost at
+    sub_step_obs      every sub-step's observation, of those that came by value
     describe_shapes   which envs hold results of which shape, for an error message
 
 Each env's result of a chunk is held and handed out with the steps' (``_front.held``). Per
@@ -16,14 +18,24 @@ had in lock-step.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from gymnasium import Space
+from gymnasium.vector.utils import concatenate, create_empty_array
 
 from subvec._backend import Unit
 from subvec._batch import ChunkBlock
 from subvec._commands import StepEnvsPayload
 
-__all__ = ["ChunkShape", "ChunkWork", "describe_shapes", "ended_at_last"]
+__all__ = [
+    "ChunkShape",
+    "ChunkWork",
+    "cut_short",
+    "describe_shapes",
+    "ended_at_last",
+    "sub_step_obs",
+]
 
 #: a chunk result's shape: ``(K, all_obs)``; results of one shape batch together
 ChunkShape = tuple[int, bool]
@@ -82,6 +94,34 @@ def ended_at_last(terminations: np.ndarray, truncations: np.ndarray, steps: int)
     executed; every env executes at least one) ended the episode."""
     last = max(steps, 1) - 1
     return bool(terminations[last] or truncations[last])
+
+
+def cut_short(
+    rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray, steps: int
+) -> int:
+    """Cut a chunk row (its ``(K,)`` arrays, changed in place) short where a restart lost it:
+    at the sub-step its unit was running (``steps`` executed before it, as the unit's progress
+    count says), truncated and with no reward, and nothing after it.
+
+    Returns:
+        The sub-step it was lost at (its row executes up to and including it).
+    """
+    j = min(steps, len(rewards) - 1)
+    rewards[j:] = 0.0
+    terminations[j:] = False
+    truncations[j:] = False
+    truncations[j] = True
+    return j
+
+
+def sub_step_obs(space: Space[Any], seen: list[Any], chunk: int, out: Any = None) -> Any:
+    """A chunk row's observations as one ``(K, ...)`` nest of ``space`` (into ``out``, where
+    given) from ``seen``, those of the sub-steps it executed: the rows past an early stop
+    repeat the last."""
+    seen = seen + [seen[-1]] * (chunk - len(seen))
+    if out is None:
+        out = create_empty_array(space, n=chunk)
+    return concatenate(space, seen, out)
 
 
 def describe_shapes(shapes: dict[ChunkShape | None, list[int]]) -> str:

@@ -31,13 +31,13 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Space
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+from gymnasium.vector.utils import batch_space, create_empty_array
 
 from subvec import _chunk_actions, _spaces
 from subvec._batch import ChunkBlock, ChunkStore
 from subvec._commands import StepEnvsPayload, UnitReply
 from subvec._compat import AutoresetMode
-from subvec._front.async_chunks import ChunkWork
+from subvec._front.async_chunks import ChunkWork, cut_short, sub_step_obs
 from subvec._front.ended import EndedEnvs
 from subvec._front.merge import Part, merge_chunk_infos, with_chunk_axis
 from subvec._infos import as_events
@@ -337,9 +337,7 @@ class ChunkStepper:
         lost_at: dict[int, int] = {}
         for i in [] if restarted is None else np.flatnonzero(restarted).tolist():
             # The sub-step it was lost at: the sub-steps before it keep what the unit wrote.
-            j = lost_at[i] = min(int(steps[i]), chunk - 1)
-            rewards[i, j:], terms[i, j:], truncs[i, j:] = 0.0, False, False
-            truncs[i, j] = True
+            j = lost_at[i] = cut_short(rewards[i], terms[i], truncs[i], int(steps[i]))
             steps[i] = j + 1
             events += [(i, j, info) for info in resets.get(i, ())]
             events.append((i, j, {"worker_restarted": True}))
@@ -385,8 +383,9 @@ class ChunkStepper:
             for lo, ob in arrays_obs:
                 _assign_rows(obs_rows, ob, lo)
             for i, seen in sub_obs.items():
-                seen = seen + [seen[-1]] * (chunk - len(seen))
-                concatenate(space, seen, _spaces.map_leaves(operator.itemgetter(i), obs_rows))
+                sub_step_obs(
+                    space, seen, chunk, _spaces.map_leaves(operator.itemgetter(i), obs_rows)
+                )
         if lost_at:
             # Their rows from the sub-step they were lost at: the reset's observation.
             current = observations_out(obs_parts)

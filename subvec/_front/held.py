@@ -28,7 +28,13 @@ from subvec._backend import Outcome, Unit
 from subvec._batch import BatchViews
 from subvec._commands import Status, UnitReply
 from subvec._compat import AutoresetMode
-from subvec._front.async_chunks import ChunkShape, ChunkWork, ended_at_last
+from subvec._front.async_chunks import (
+    ChunkShape,
+    ChunkWork,
+    cut_short,
+    ended_at_last,
+    sub_step_obs,
+)
 from subvec._front.ended import EndedEnvs
 from subvec._front.merge import InfoMerger, make_merger, merge_chunk_infos
 from subvec._front.observations import ObservationBatch
@@ -281,9 +287,7 @@ class HeldResults:
             elif obs_rows is not None:
                 obs = copy_row(obs_rows, env)
             else:  # every sub-step's observation came by value
-                seen = sub_obs[env]
-                seen = seen + [seen[-1]] * (k - len(seen))
-                obs = concatenate(space, seen, create_empty_array(space, n=k))  # type: ignore[arg-type]
+                obs = sub_step_obs(space, sub_obs[env], k)
             if arrays is None:
                 results[env] = copied_chunk(work, env, obs, events.get(env, []))
                 continue
@@ -490,18 +494,14 @@ def restarted_chunk(
     lost at sub-step 0), and that sub-step is truncated with the replacement's reset
     (``reset``: its observation and events) and ``worker_restarted``."""
     k = work.chunk
-    rewards = np.zeros(k, dtype=np.float64)
-    terms = np.zeros(k, dtype=np.bool_)
-    truncs = np.zeros(k, dtype=np.bool_)
     views = work.views
+    all_rewards, all_terms, all_truncs, obs_rows = views.batch(k)
+    rewards = all_rewards[env].copy()
+    terms = all_terms[env].copy()
+    truncs = all_truncs[env].copy()
     # The progress count the unit wrote after each sub-step (zeroed as the chunk was sent;
     # a unit that answers with its arrays, Ray's, writes none: lost at sub-step 0).
-    j = min(int(views.steps[env]), k - 1) if lost else 0
-    all_rewards, all_terms, all_truncs, obs_rows = views.batch(k)
-    rewards[:j] = all_rewards[env, :j]
-    terms[:j] = all_terms[env, :j]
-    truncs[:j] = all_truncs[env, :j]
-    truncs[j] = True
+    j = cut_short(rewards, terms, truncs, int(views.steps[env]) if lost else 0)
     events = [(j, info) for _, info in reset.events]
     events.append((j, {"worker_restarted": True}))
     obs = reset.obs
@@ -510,6 +510,5 @@ def restarted_chunk(
         # by value they were lost with it), then the reset's observation
         mine = copy_row(obs_rows, env) if obs_rows is not None else None
         seen = [copy_row(mine, s) for s in range(j)] if mine is not None else []
-        seen += [obs] * (k - len(seen))
-        obs = concatenate(space, seen, create_empty_array(space, n=k))  # type: ignore[arg-type]
+        obs = sub_step_obs(space, [*seen, obs], k)
     return EnvResult(obs, rewards, terms, truncs, events, shape=work.shape, steps=j + 1)

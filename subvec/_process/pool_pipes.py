@@ -381,7 +381,23 @@ class PipeWaits:
         return replies, failures
 
 
-class PollRound:
+class _GatheringRound:
+    """A round whose replies are all read by :meth:`PipeWaits.gather`.
+
+    Args:
+        waits: the pool's waits.
+    """
+
+    def __init__(self, waits: PipeWaits) -> None:
+        self.waits = waits
+
+    def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
+        """See :class:`Round`."""
+        waits = self.waits
+        return plain_or(*waits.gather(waits.resources.workers, timeout, what, stop))
+
+
+class PollRound(_GatheringRound):
     """The pipes' round trip where the parent neither spins nor sleeps on a partner: the
     commands written in send order (the frames of :meth:`PipeWaits.write`, its lookups made
     once a round; a frame without a payload is its header alone), then
@@ -393,7 +409,7 @@ class PollRound:
     """
 
     def __init__(self, waits: PipeWaits, order: Sequence[Worker]) -> None:
-        self.waits = waits
+        super().__init__(waits)
         self.order = list(order)
 
     def exchange(
@@ -413,13 +429,8 @@ class PollRound:
                 pass  # EPIPE: as in PipeWaits.write
         return self.gather_all(timeout, what, stop)
 
-    def gather_all(self, timeout: float | None, what: str, stop: bool) -> Gathered | None:
-        """See :class:`Round`."""
-        waits = self.waits
-        return plain_or(*waits.gather(waits.resources.workers, timeout, what, stop))
 
-
-class TurnsRound(PollRound):
+class TurnsRound(_GatheringRound):
     """The pipes' round trip with ``max_active``: the pool's ``send`` holds the workers past
     the first ``max_active`` back, and :meth:`PipeWaits.gather` sends each its turn as an
     earlier one answers.
@@ -430,7 +441,7 @@ class TurnsRound(PollRound):
     """
 
     def __init__(self, waits: PipeWaits, send: Send) -> None:
-        super().__init__(waits, ())
+        super().__init__(waits)
         self.send = send
 
     def exchange(
