@@ -288,10 +288,6 @@ class Bell:
         """Whether the last :meth:`ring` left the waking to a cascade."""
         return bool(self.words[_CASCADE])
 
-    def set_level(self, level: int) -> None:
-        """Ask the workers still to answer to wake the parent once at most ``level`` are left."""
-        self.words[_LEVEL] = level
-
     def level(self) -> int:
         """The level the workers wake the parent at (see :meth:`ring`)."""
         return int(self.words[_LEVEL])
