@@ -14,7 +14,6 @@ from gymnasium import spaces
 
 from subvec._batch import BatchViews, PlainChunkStore
 from subvec._commands import Status
-from subvec._compat import AutoresetMode
 from subvec._front.async_chunks import ChunkWork
 from subvec._front.ended import EndedEnvs
 from subvec._front.held import EnvResult, HeldResults, InRows
@@ -46,7 +45,6 @@ def _held(tracked: bool = False) -> tuple[HeldResults, np.ndarray, EndedEnvs]:
         obs=ObservationBatch(batch, OBS, N, copy=True),
         ended=ended,
         space=OBS,
-        autoreset_mode=AutoresetMode.NEXT_STEP,
         info_format="gymnasium",
     )
     return held, observations, ended

@@ -27,7 +27,6 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from subvec._backend import Outcome, Unit
 from subvec._batch import BatchViews
 from subvec._commands import Status, UnitReply
-from subvec._compat import AutoresetMode
 from subvec._front.async_chunks import (
     ChunkShape,
     ChunkWork,
@@ -131,7 +130,7 @@ class HeldResults:
         obs: the front's observation batch (each env's by-value observation kept there).
         ended: the envs that ended and wait for a reset (DISABLED).
         space: the single observation space.
-        autoreset_mode, info_format: the front's settings.
+        info_format: the front's setting.
     """
 
     def __init__(
@@ -142,7 +141,6 @@ class HeldResults:
         obs: ObservationBatch,
         ended: EndedEnvs,
         space: Space[Any],
-        autoreset_mode: AutoresetMode,
         info_format: str,
     ) -> None:
         #: env -> its held result

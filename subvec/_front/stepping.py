@@ -157,7 +157,6 @@ class AsyncEngine:
             obs=obs,
             ended=ended,
             space=self.single_observation_space,
-            autoreset_mode=autoreset_mode,
             info_format=info_format,
         )
         self._ready = self._held.ready
