@@ -2,7 +2,8 @@
 written into plain numpy batch and chunk arrays as a unit would, held, then handed out, with
 no process. What the backends cannot show directly: a plain chunk answer stays in its rows
 (nothing copied when it is held) and survives the arrays being written for a chunk of another
-K once it is released or materialised."""
+K once it is released or materialised; a batch reads the rows and writes each copied result
+over its own, whatever the rows hold by then."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from gymnasium import spaces
 
 from subvec._batch import BatchViews, PlainChunkStore
-from subvec._commands import Status
+from subvec._commands import Status, UnitReply
 from subvec._front.async_chunks import ChunkWork
 from subvec._front.ended import EndedEnvs
 from subvec._front.held import EnvResult, HeldResults, InRows
@@ -24,7 +25,7 @@ OBS = spaces.Box(-10.0, 10.0, (2,), np.float32)
 PLAIN = (Status.OK, None)
 
 
-def _held(tracked: bool = False) -> tuple[HeldResults, np.ndarray, EndedEnvs]:
+def _held(tracked: bool = False) -> tuple[HeldResults, BatchViews, EndedEnvs]:
     observations = np.zeros((N, 2), np.float32)
     batch = BatchViews(
         rewards=np.zeros(N),
@@ -47,7 +48,7 @@ def _held(tracked: bool = False) -> tuple[HeldResults, np.ndarray, EndedEnvs]:
         space=OBS,
         info_format="gymnasium",
     )
-    return held, observations, ended
+    return held, batch, ended
 
 
 def _answer(work: ChunkWork, observations: np.ndarray, envs: list[int], base: float) -> None:
@@ -73,7 +74,8 @@ UNIT = SimpleNamespace(index=0, lo=0, hi=N, pid=None, describe=lambda: "worker 0
 
 
 def test_a_plain_chunk_answer_is_held_in_its_rows_and_gathered_from_them() -> None:
-    held, observations, ended = _held(tracked=True)
+    held, batch, ended = _held(tracked=True)
+    observations = batch.observations
     store = PlainChunkStore(N)
     work = _work(store, 3, [0, 1, 2, 3])
     _answer(work, observations, [0, 1, 2, 3], 100.0)
@@ -91,7 +93,8 @@ def test_a_plain_chunk_answer_is_held_in_its_rows_and_gathered_from_them() -> No
 
 @pytest.mark.parametrize("next_k", [5, 16], ids=["reshaped", "replaced"])
 def test_a_held_chunk_is_copied_out_before_arrays_of_another_k(next_k: int) -> None:
-    held, observations, _ = _held()
+    held, batch, _ = _held()
+    observations = batch.observations
     store = PlainChunkStore(N)
     first = _work(store, 3, [0, 1])
     _answer(first, observations, [0, 1], 100.0)
@@ -110,7 +113,8 @@ def test_a_held_chunk_is_copied_out_before_arrays_of_another_k(next_k: int) -> N
 
 
 def test_materialised_and_in_rows_chunks_batch_together() -> None:
-    held, observations, _ = _held()
+    held, batch, _ = _held()
+    observations = batch.observations
     store = PlainChunkStore(N)
     work = _work(store, 2, [0, 1, 2])
     _answer(work, observations, [0, 1, 2], 0.0)
@@ -121,3 +125,23 @@ def test_materialised_and_in_rows_chunks_batch_together() -> None:
     obs, rewards, _, _, _ = held.take([0, 1, 2], np.array([0, 1, 2]))
     np.testing.assert_array_equal(rewards, [[0, 1], [10, 11], [20, 21]])
     np.testing.assert_array_equal(obs[:, 0], [0, 1, 2])
+
+
+def test_a_step_batch_reads_the_rows_and_writes_the_copies_over_theirs() -> None:
+    held, batch, _ = _held()
+    rewards, observations = batch.rewards, batch.observations
+    rewards[:] = np.arange(N) + 0.5
+    observations[:] = np.arange(N)[:, None]
+    held.hold(UNIT, [0, 1], False, None, PLAIN)  # type: ignore[arg-type]
+    said = UnitReply([(2, {"a": 7.0})], None)
+    held.hold(UNIT, [2], False, None, (Status.OK_PAYLOAD, said))  # type: ignore[arg-type]
+    held.hold(UNIT, [3], True, None, PLAIN)  # type: ignore[arg-type]
+    assert [type(held.ready[e]) for e in range(N)] == [InRows, InRows, EnvResult, InRows]
+    rewards[2], observations[2] = -1.0, -1.0  # a later write to env 2's rows: its copy stands
+    obs, got, terms, truncs, infos = held.take([3, 2, 0], np.array([3, 2, 0]))
+    assert got.tolist() == [0.0, 2.5, 0.5]  # env 3's is a reset's: no reward
+    assert obs[:, 0].tolist() == [3.0, 2.0, 0.0]
+    assert not terms.any() and not truncs.any()
+    assert infos["a"].tolist() == [0.0, 7.0, 0.0] and infos["_a"].tolist() == [False, True, False]
+    assert infos["env_id"].tolist() == [3, 2, 0]
+    assert sorted(held.ready) == [1]
