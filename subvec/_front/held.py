@@ -41,16 +41,7 @@ from subvec._front.results import events_by_env, obs_by_env, reply_errors, with_
 from subvec._spaces import map_leaves, nest_leaves
 from subvec.errors import EnvError
 
-__all__ = [
-    "RESET_IN_ROWS",
-    "STEP_IN_ROWS",
-    "EnvResult",
-    "Held",
-    "HeldResults",
-    "InRows",
-    "copy_row",
-    "restarted_chunk",
-]
+__all__ = ["EnvResult", "HeldResults", "InRows", "restarted_chunk"]
 
 
 @dataclass
